@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"imagecache.io/imagecache/internal/cache"
+	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/metrics"
+	"imagecache.io/imagecache/internal/reference"
+	"imagecache.io/imagecache/internal/registry"
+	"imagecache.io/imagecache/internal/server"
+	"imagecache.io/imagecache/internal/store"
+	"imagecache.io/imagecache/internal/upstream"
+)
+
+type serveOptions struct {
+	config, listen, storage string
+	logFormat, logLevel     string
+	accessLog               bool
+}
+
+func newServeCommand() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the cache server",
+		Long: `Run the cache server. With no --config it listens on 127.0.0.1:5000, stores content in
+./imagecache-data and mirrors docker.io (the default upstream), ghcr.io, quay.io, registry.k8s.io,
+gcr.io, mcr.microsoft.com and public.ecr.aws.`,
+		Example: `  imagecache serve
+  imagecache serve --config /etc/imagecache/config.yaml
+  imagecache serve --listen 0.0.0.0:5000 --storage /var/lib/imagecache`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.config, "config", "c", "", "config file (YAML); without it the embedded default is used")
+	f.StringVar(&o.listen, "listen", "", "address to listen on, overriding the config's listen")
+	f.StringVar(&o.storage, "storage", "", "storage path, overriding the config's storage.path")
+	f.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.BoolVar(&o.accessLog, "access-log", true, "log one line per request")
+	return cmd
+}
+
+func loadConfig(o serveOptions) (*config.Config, error) {
+	cfg := config.Default()
+	if o.config != "" {
+		var err error
+		if cfg, err = config.Load(o.config); err != nil {
+			return nil, err
+		}
+	}
+	if o.listen != "" {
+		cfg.Listen = o.listen
+	}
+	if o.storage != "" {
+		cfg.Storage.Path = o.storage
+	}
+	switch {
+	case len(cfg.Files) > 0:
+		return nil, errors.New("files: HTTP file sets are not supported by this version of imagecache yet; remove the files section")
+	case cfg.Proxy != nil:
+		return nil, errors.New("proxy: the intercepting proxy is not supported by this version of imagecache yet; remove the proxy section")
+	}
+	return cfg, nil
+}
+
+func serve(ctx context.Context, o serveOptions) error {
+	log, err := newLogger(os.Stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(o)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(cfg.Storage.Path)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	m := metrics.New()
+	clients := map[string]*upstream.Client{}
+	var routes []reference.Upstream
+	for _, u := range cfg.Upstreams {
+		c, err := upstream.New(u, m.WrapUpstream)
+		if err != nil {
+			return err
+		}
+		clients[u.Name] = c
+		routes = append(routes, reference.Upstream{Name: u.Name, Aliases: u.Aliases, Default: u.Default, DockerHub: isDockerHub(u)})
+	}
+	c := cache.New(st, clients, cfg.Rules(), log)
+	m.GaugeFunc("imagecache_downloads_in_flight", "Blob downloads from upstreams in progress.", func() float64 { return float64(c.DownloadsInFlight()) })
+	handler := server.Handler(server.Routes{
+		Registry: registry.New(c, reference.NewRouter(routes), log, m.ObserveRequest),
+		Metrics:  promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
+		Ready:    func() error { return nil },
+	}, log, o.accessLog)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (choose another address with --listen or listen: in the config)", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	logStartup(log, cfg, ln.Addr().String())
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing requests in progress (up to 10s)")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("shutdown did not finish cleanly", "error", err)
+	}
+	return nil
+}
+
+func isDockerHub(u config.Upstream) bool {
+	if reference.IsDockerHubHost(u.Name) {
+		return true
+	}
+	for _, a := range u.Aliases {
+		if reference.IsDockerHubHost(a) {
+			return true
+		}
+	}
+	parsed, err := url.Parse(u.URL)
+	return err == nil && reference.IsDockerHubHost(parsed.Host)
+}
+
+// logStartup says what is served and how to point clients at it.
+func logStartup(log *slog.Logger, cfg *config.Config, addr string) {
+	var ups []string
+	defaultName := ""
+	for _, u := range cfg.Upstreams {
+		s := u.Name + "=" + u.URL
+		if u.Default {
+			s += " (default)"
+			defaultName = u.Name
+		}
+		ups = append(ups, s)
+	}
+	log.Info("imagecache serving", "version", buildVersion(), "listen", addr, "storage", cfg.Storage.Path, "upstreams", strings.Join(ups, ", "))
+	example := "docker.io/library/alpine:latest"
+	if len(cfg.Upstreams) > 0 && defaultName == "" {
+		example = cfg.Upstreams[0].Name + "/some/repository:tag"
+	}
+	log.Info("point clients at it",
+		"crane", fmt.Sprintf("crane pull --insecure %s/%s image.tar", addr, example),
+		"containerd", fmt.Sprintf(`/etc/containerd/certs.d/<registry>/hosts.toml: [host."http://%s"] capabilities = ["pull", "resolve"]`, addr),
+		"podman", fmt.Sprintf(`registries.conf: [[registry.mirror]] location = "%s/<registry>" insecure = true`, addr),
+		"docker", fmt.Sprintf(`daemon.json: {"registry-mirrors": ["http://%s"]} (mirrors the default upstream %s)`, addr, defaultName))
+}

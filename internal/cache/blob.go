@@ -1,0 +1,188 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"imagecache.io/imagecache/internal/policy"
+	"imagecache.io/imagecache/internal/store"
+	"imagecache.io/imagecache/internal/upstream"
+)
+
+// Blob is a blob answer. Content is read with http.ServeContent; after serving, Err tells whether the
+// content could not be completed (the upstream failed or the digest did not verify), in which case the
+// client's connection must be broken rather than the response ended normally.
+type Blob struct {
+	Digest  string
+	Size    int64
+	Result  Result
+	Content io.ReadSeeker
+	close   func()
+	err     func() error
+}
+
+// Close releases the blob's file.
+func (b *Blob) Close() { b.close() }
+
+// Err is the reason the content could not be completed, or nil.
+func (b *Blob) Err() error { return b.err() }
+
+// Blob answers a blob request for repository@dgst on upstream up.
+func (c *Cache) Blob(ctx context.Context, up, repository, dgst string) (*Blob, error) {
+	client, err := c.client(up)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := c.storedBlob(dgst, Hit); b != nil || err != nil {
+		return b, err
+	}
+	rule := c.rules.For(up, repository, "")
+	if policy.DecideDigest(rule, false) == policy.Forbid {
+		return nil, forbidden(fmt.Sprintf("blob %s/%s@%s", up, repository, dgst), up)
+	}
+	d, err := c.join(client, repository, dgst, rule)
+	if err != nil || d == nil {
+		// d == nil: the download finished between our two looks at the store.
+		if err != nil {
+			return nil, err
+		}
+		return c.storedBlob(dgst, Miss)
+	}
+	select {
+	case <-d.ready:
+	case <-ctx.Done():
+		d.release()
+		return nil, ctx.Err()
+	}
+	if err := d.failure(); err != nil {
+		d.release()
+		return nil, err
+	}
+	if d.size < 0 {
+		// Without a length up front a client cannot be promised a size: wait for the verified blob.
+		return c.awaitStored(ctx, d)
+	}
+	fl := &follower{d: d, ctx: ctx}
+	return &Blob{Digest: dgst, Size: d.size, Result: Miss, Content: fl, close: d.release, err: func() error { return fl.err }}, nil
+}
+
+func (c *Cache) storedBlob(dgst string, r Result) (*Blob, error) {
+	f, obj, err := c.store.Open(dgst)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storeFailure(err)
+	}
+	return &Blob{Digest: dgst, Size: obj.Size, Result: r, Content: f, close: func() { f.Close() }, err: func() error { return nil }}, nil
+}
+
+func (c *Cache) awaitStored(ctx context.Context, d *download) (*Blob, error) {
+	defer d.release()
+	for {
+		d.mu.Lock()
+		done, err, changed := d.done, d.err, d.changed
+		d.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return c.storedBlob(d.digest, Miss)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// join returns the download of dgst in progress, starting one if there is none, with a reference held for
+// the caller. It returns nil when the blob reached the store meanwhile.
+func (c *Cache) join(client *upstream.Client, repository, dgst string, rule policy.Rule) (*download, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.downloads[dgst]; ok {
+		d.acquire()
+		return d, nil
+	}
+	if _, err := c.store.Stat(dgst); err == nil {
+		return nil, nil
+	}
+	w, err := c.store.NewWriter(dgst, -1)
+	if err != nil {
+		return nil, storeFailure(err)
+	}
+	file, err := os.Open(w.TempPath())
+	if err != nil {
+		w.Abort()
+		return nil, storeFailure(err)
+	}
+	d := newDownload(dgst, file)
+	d.acquire()
+	c.downloads[dgst] = d
+	go c.download(d, w, client, repository, rule)
+	return d, nil
+}
+
+// download fetches the blob into w. It runs detached from the requests that started it: clients that give
+// up do not waste the bytes already fetched for the others, and a stall is cut by the idle timeout.
+func (c *Cache) download(d *download, w *store.Writer, client *upstream.Client, repository string, rule policy.Rule) {
+	what := fmt.Sprintf("fetch blob %s/%s@%s", client.Name(), repository, d.digest)
+	err := c.fetchBlob(d, w, client, repository, rule, what)
+	if err != nil {
+		w.Abort()
+		c.log.Warn("blob download failed", "upstream", client.Name(), "repository", repository, "digest", d.digest, "error", err)
+	} else {
+		c.log.Info("fetched blob", "upstream", client.Name(), "repository", repository, "digest", d.digest, "size", w.Written())
+	}
+	c.mu.Lock()
+	delete(c.downloads, d.digest)
+	c.mu.Unlock()
+	d.finish(err)
+}
+
+func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client, repository string, rule policy.Rule, what string) error {
+	resp, err := client.GetBlob(context.Background(), repository, d.digest, rule.UpstreamTimeout)
+	if err != nil {
+		return upstreamFailure(what, err)
+	}
+	defer resp.Body.Close()
+	d.start(resp.Size)
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if resp.Size >= 0 && w.Written()+int64(n) > resp.Size {
+				return badUpstreamContent(what, fmt.Errorf("more than the announced %d bytes", resp.Size))
+			}
+			if _, err := w.Write(buf[:n]); err != nil {
+				return storeFailure(err)
+			}
+			d.progress(n)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return upstreamFailure(what, &upstream.Error{Upstream: client.Name(), Op: "read blob body", Err: rerr})
+		}
+	}
+	if resp.Size >= 0 && w.Written() != resp.Size {
+		return upstreamFailure(what, &upstream.Error{Upstream: client.Name(), Op: "read blob body",
+			Err: fmt.Errorf("got %d of %d bytes", w.Written(), resp.Size)})
+	}
+	if err := w.Commit(""); err != nil {
+		if errors.Is(err, store.ErrDigestMismatch) {
+			return badUpstreamContent(what, err)
+		}
+		return storeFailure(err)
+	}
+	if err := c.store.Link(client.Name(), repository, d.digest); err != nil {
+		return storeFailure(err)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+// Package config loads imagecache's YAML config file (DESIGN.md §3), fills in
+// defaults and refuses anything it does not understand, naming the key and
+// the line, so that a typo stops `serve` instead of silently changing what
+// gets cached.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	yaml "sigs.k8s.io/yaml/goyaml.v3"
+
+	"imagecache.io/imagecache/internal/policy"
+)
+
+// Config is the whole config file with defaults applied.
+type Config struct {
+	Listen  string
+	Storage Storage
+	// Upstreams are the registries mirrored. Without an upstreams key they
+	// are DefaultUpstreams(); an explicit empty list means none.
+	Upstreams []Upstream
+	// Policies are resolved: fields missing in the file come from
+	// DefaultPolicy.
+	Policies      []policy.Rule
+	DefaultPolicy policy.Rule
+	// Files are parsed and validated but not yet served by the program.
+	Files []FileSet
+	// Proxy is nil when the proxy is off (no proxy section or no listen).
+	Proxy *Proxy
+}
+
+// Storage says where content lives and how much of it to keep.
+type Storage struct {
+	Path string
+	// MaxSize and MaxObjectSize are bytes; 0 means unbounded.
+	MaxSize       int64
+	MaxObjectSize int64
+}
+
+const (
+	defaultListen      = "127.0.0.1:5000"
+	defaultStoragePath = "./imagecache-data"
+)
+
+// builtinPolicy is what a rule gets for fields that neither it nor
+// defaultPolicy sets: check tags every time, but keep serving when the
+// upstream is down, and give up on a silent upstream quickly.
+func builtinPolicy() policy.Rule {
+	return policy.Rule{
+		Pull:            policy.Always,
+		StaleIfError:    true,
+		UpstreamTimeout: 5 * time.Second,
+	}
+}
+
+// Default is the config `serve` uses with no config file.
+func Default() *Config {
+	return &Config{
+		Listen:        defaultListen,
+		Storage:       Storage{Path: defaultStoragePath},
+		Upstreams:     DefaultUpstreams(),
+		DefaultPolicy: builtinPolicy(),
+	}
+}
+
+// Rules returns the policies in the form the cache looks them up.
+func (c *Config) Rules() policy.Rules {
+	return policy.Rules{List: c.Policies, Default: c.DefaultPolicy}
+}
+
+// Load reads and parses the config file at path; errors start with path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse parses a config file's contents. source names it in errors. An empty
+// document gives Default().
+func Parse(data []byte, source string) (*Config, error) {
+	root, err := parseDocument(data, source)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Default()
+	if root == nil {
+		return cfg, nil
+	}
+	d := &decoder{source: source}
+	d.config(root, cfg)
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// parseDocument returns the root node of the only YAML document in data, or
+// nil when there is none.
+func parseDocument(data []byte, source string) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: parse YAML: %w", source, err)
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, fmt.Errorf("%s: parse YAML: %w", source, err)
+	default:
+		// Silently ignoring a second document would ignore half a config.
+		return nil, &Error{Source: source, Line: extra.Line,
+			Err: errors.New("more than one YAML document; put the whole config in one")}
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	root := resolve(doc.Content[0])
+	if isNull(root) {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{Source: source, Line: root.Line,
+			Err: fmt.Errorf("the config must be a mapping of keys such as listen and upstreams, not %s", describe(root))}
+	}
+	return root, nil
+}
+
+// config fills cfg from the top-level mapping. defaultPolicy is read before
+// policies because every rule inherits from it, wherever it is in the file.
+func (d *decoder) config(root *yaml.Node, cfg *Config) {
+	m := d.mapping(root, "", "listen", "storage", "upstreams", "policies", "defaultPolicy", "files", "proxy")
+	if n, ok := m["listen"]; ok {
+		if s := d.address(n, "listen"); s != "" {
+			cfg.Listen = s
+		}
+	}
+	if n, ok := m["storage"]; ok {
+		d.storage(n, "storage", &cfg.Storage)
+	}
+	if n, ok := m["upstreams"]; ok {
+		cfg.Upstreams = d.upstreams(n, "upstreams")
+	}
+	if n, ok := m["defaultPolicy"]; ok {
+		cfg.DefaultPolicy = d.rule(n, "defaultPolicy", cfg.DefaultPolicy, false)
+	}
+	if n, ok := m["policies"]; ok {
+		for i, item := range d.list(n, "policies") {
+			cfg.Policies = append(cfg.Policies, d.rule(item, index("policies", i), cfg.DefaultPolicy, true))
+		}
+	}
+	if n, ok := m["files"]; ok {
+		cfg.Files = d.fileSets(n, "files")
+	}
+	if n, ok := m["proxy"]; ok {
+		cfg.Proxy = d.proxy(n, "proxy")
+	}
+}
+
+func (d *decoder) storage(n *yaml.Node, path string, s *Storage) {
+	m := d.mapping(n, path, "path", "maxSize", "maxObjectSize")
+	if v, ok := m["path"]; ok {
+		if p := d.str(v, field(path, "path")); p != "" {
+			s.Path = p
+		}
+	}
+	if v, ok := m["maxSize"]; ok {
+		s.MaxSize = d.size(v, field(path, "maxSize"))
+	}
+	if v, ok := m["maxObjectSize"]; ok {
+		s.MaxObjectSize = d.size(v, field(path, "maxObjectSize"))
+	}
+}

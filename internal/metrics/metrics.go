@@ -1,0 +1,76 @@
+// Package metrics defines every Prometheus metric imagecache exports, in one place so that names, labels and
+// their bounded cardinality are documented together. No label ever carries a repository, tag or digest.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds the collectors; create one per process with New.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// Requests counts OCI API requests by api (manifest, blob, tags, referrers, other) and result (hit, miss,
+	// revalidated, stale, error).
+	Requests *prometheus.CounterVec
+	// UpstreamRequests counts HTTP requests sent to upstreams by upstream name, method and status code
+	// ("error" when no answer arrived). Pings and token requests are included: it is the real traffic.
+	UpstreamRequests *prometheus.CounterVec
+	// UpstreamLatency is the time to an upstream's response headers, by upstream.
+	UpstreamLatency *prometheus.HistogramVec
+}
+
+// New registers all metrics (and the Go and process collectors) on a new registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imagecache_requests_total",
+			Help: "OCI API requests by api (manifest, blob, tags, referrers, other) and cache result (hit, miss, revalidated, stale, error).",
+		}, []string{"api", "result"}),
+		UpstreamRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imagecache_upstream_requests_total",
+			Help: "HTTP requests sent to upstreams by upstream, method and status code (error when no answer arrived).",
+		}, []string{"upstream", "method", "code"}),
+		UpstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "imagecache_upstream_response_seconds",
+			Help:    "Time until an upstream's response headers arrived, by upstream.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
+		}, []string{"upstream"}),
+	}
+	m.Registry.MustRegister(m.Requests, m.UpstreamRequests, m.UpstreamLatency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveRequest counts one API request.
+func (m *Metrics) ObserveRequest(api, result string) { m.Requests.WithLabelValues(api, result).Inc() }
+
+// GaugeFunc registers a gauge whose value is read from f at scrape time.
+func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
+// WrapUpstream instruments the bottom transport of an upstream client.
+func (m *Metrics) WrapUpstream(upstream string, rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		start := time.Now()
+		resp, err := rt.RoundTrip(req)
+		code := "error"
+		if err == nil {
+			code = strconv.Itoa(resp.StatusCode)
+			m.UpstreamLatency.WithLabelValues(upstream).Observe(time.Since(start).Seconds())
+		}
+		m.UpstreamRequests.WithLabelValues(upstream, req.Method, code).Inc()
+		return resp, err
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

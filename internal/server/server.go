@@ -1,0 +1,90 @@
+// Package server assembles the HTTP surface (the OCI API, health, metrics) and the access log around it.
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Routes are the handlers the server mounts.
+type Routes struct {
+	Registry http.Handler // /v2/
+	Metrics  http.Handler // /metrics
+	Ready    func() error // nil when the server can serve
+}
+
+// Handler builds the mux. When accessLog is set, one line is logged per request.
+func Handler(r Routes, log *slog.Logger, accessLog bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v2/", r.Registry)
+	mux.Handle("/v2", r.Registry)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := r.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/metrics", r.Metrics)
+	return withRequestLog(mux, log, accessLog)
+}
+
+// withRequestLog gives every request an id (the client's X-Request-Id, or a new one) and logs it.
+func withRequestLog(next http.Handler, log *slog.Logger, accessLog bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 64 {
+			id = newID()
+		}
+		w.Header().Set("X-Request-Id", id)
+		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		defer func() {
+			if !accessLog {
+				return
+			}
+			log.Info("request", "id", id, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+				"status", rec.status, "bytes", rec.bytes, "cache", w.Header().Get("X-Cache"),
+				"duration", time.Since(start).Round(time.Microsecond), "remote", r.RemoteAddr)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// recorder notes the status and size of a response. It keeps ReadFrom so that files still go out with
+// sendfile, and Unwrap so http.ResponseController reaches the real writer.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) ReadFrom(src io.Reader) (int64, error) {
+	n, err := io.Copy(r.ResponseWriter, src)
+	r.bytes += n
+	return n, err
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,125 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bucketObjects = []byte("objects") // digest -> Object
+	bucketTags    = []byte("tags")    // upstream \x00 repository \x00 tag -> Tag
+	bucketLinks   = []byte("links")   // upstream \x00 repository \x00 digest -> time first pulled there
+	bucketDocs    = []byte("docs")    // caller-chosen key -> Doc (tag lists, referrers)
+)
+
+func createBuckets(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketObjects, bucketTags, bucketLinks, bucketDocs} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Object is the index record of one stored blob or manifest.
+type Object struct {
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	MediaType string    `json:"mediaType,omitempty"` // set for manifests; blobs have none
+	StoredAt  time.Time `json:"storedAt"`
+}
+
+// Tag records what a tag pointed to when it was last fetched, and when the upstream last confirmed it.
+type Tag struct {
+	Digest    string    `json:"digest"`
+	MediaType string    `json:"mediaType"`
+	Size      int64     `json:"size"`
+	FetchedAt time.Time `json:"fetchedAt"`
+	CheckedAt time.Time `json:"checkedAt"`
+}
+
+// Doc is a small upstream answer that is not content-addressed (a tag list, a referrers index), kept so that
+// it can be served while the upstream is down.
+type Doc struct {
+	Body        []byte            `json:"body"`
+	ContentType string            `json:"contentType"`
+	Header      map[string]string `json:"header,omitempty"`
+	FetchedAt   time.Time         `json:"fetchedAt"`
+}
+
+func key(parts ...string) []byte { return []byte(strings.Join(parts, "\x00")) }
+
+func get[T any](s *Store, bucket, k []byte) (T, error) {
+	var v T
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucket).Get(k)
+		if raw == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(raw, &v)
+	})
+	return v, err
+}
+
+func put(s *Store, bucket, k []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put(k, raw) })
+}
+
+// Tag returns the record of upstream/repository:tag.
+func (s *Store) Tag(upstream, repository, tag string) (Tag, error) {
+	return get[Tag](s, bucketTags, key(upstream, repository, tag))
+}
+
+// PutTag records what upstream/repository:tag points to.
+func (s *Store) PutTag(upstream, repository, tag string, t Tag) error {
+	if err := put(s, bucketTags, key(upstream, repository, tag), t); err != nil {
+		return fmt.Errorf("record tag %s/%s:%s: %w", upstream, repository, tag, err)
+	}
+	return nil
+}
+
+// Link records that digest was pulled under upstream/repository, so that later work (eviction, listings)
+// knows which repository content belongs to. Linking twice keeps the first time.
+func (s *Store) Link(upstream, repository, digest string) error {
+	k := key(upstream, repository, digest)
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLinks)
+		if b.Get(k) != nil {
+			return nil
+		}
+		return b.Put(k, []byte(time.Now().UTC().Format(time.RFC3339)))
+	})
+}
+
+// Linked reports whether digest was pulled under upstream/repository.
+func (s *Store) Linked(upstream, repository, digest string) bool {
+	found := false
+	s.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketLinks).Get(key(upstream, repository, digest)) != nil
+		return nil
+	})
+	return found
+}
+
+// Doc returns the document stored under the key parts.
+func (s *Store) Doc(parts ...string) (Doc, error) { return get[Doc](s, bucketDocs, key(parts...)) }
+
+// PutDoc stores a document under the key parts.
+func (s *Store) PutDoc(d Doc, parts ...string) error { return put(s, bucketDocs, key(parts...), d) }
+
+// Stat returns the index record of digest, or ErrNotFound.
+func (s *Store) Stat(digest string) (Object, error) {
+	return get[Object](s, bucketObjects, []byte(digest))
+}
+
+func (s *Store) forget(digest string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketObjects).Delete([]byte(digest)) })
+}

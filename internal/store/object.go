@@ -1,0 +1,153 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// ErrDigestMismatch means the bytes written do not hash to the digest they were promised to have.
+var ErrDigestMismatch = errors.New("content does not match its digest")
+
+// ErrSizeMismatch means more or fewer bytes arrived than were announced.
+var ErrSizeMismatch = errors.New("content length does not match the announced size")
+
+// Open returns the verified content of digest and its index record. An index record whose file has gone
+// (deleted by hand, lost) is dropped, so the object is fetched again instead of failing forever.
+func (s *Store) Open(dgst string) (*os.File, Object, error) {
+	obj, err := s.Stat(dgst)
+	if err != nil {
+		return nil, Object{}, err
+	}
+	path, err := s.blobPath(dgst)
+	if err != nil {
+		return nil, Object{}, err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		s.forget(dgst)
+		return nil, Object{}, ErrNotFound
+	}
+	if err != nil {
+		return nil, Object{}, fmt.Errorf("open %s: %w", dgst, err)
+	}
+	return f, obj, nil
+}
+
+// ReadAll returns the whole content of a (small) object, such as a manifest.
+func (s *Store) ReadAll(dgst string) ([]byte, Object, error) {
+	f, obj, err := s.Open(dgst)
+	if err != nil {
+		return nil, obj, err
+	}
+	defer f.Close()
+	body, err := io.ReadAll(f)
+	if err != nil {
+		return nil, obj, fmt.Errorf("read %s: %w", dgst, err)
+	}
+	return body, obj, nil
+}
+
+// Put stores a small object held in memory (a manifest) after verifying its digest.
+func (s *Store) Put(dgst, mediaType string, body []byte) error {
+	w, err := s.NewWriter(dgst, int64(len(body)))
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(body); err != nil {
+		w.Abort()
+		return err
+	}
+	return w.Commit(mediaType)
+}
+
+// Writer streams an object into a temp file while hashing it; Commit makes it visible only if it verifies.
+type Writer struct {
+	s      *Store
+	f      *os.File
+	hash   hash.Hash
+	digest digest.Digest
+	size   int64 // announced size, -1 when unknown
+	n      int64
+}
+
+// NewWriter starts writing the object dgst of the announced size (-1 when unknown).
+func (s *Store) NewWriter(dgst string, size int64) (*Writer, error) {
+	if _, err := s.blobPath(dgst); err != nil {
+		return nil, err
+	}
+	d := digest.Digest(dgst)
+	f, err := os.CreateTemp(filepath.Join(s.root, "tmp"), d.Encoded()[:12]+"-*")
+	if err != nil {
+		return nil, fmt.Errorf("create temp file for %s: %w", dgst, err)
+	}
+	return &Writer{s: s, f: f, hash: d.Algorithm().Hash(), digest: d, size: size}, nil
+}
+
+// TempPath is the file being written; readers may open it to follow the download as it grows.
+func (w *Writer) TempPath() string { return w.f.Name() }
+
+// Written is the number of bytes written so far.
+func (w *Writer) Written() int64 { return w.n }
+
+func (w *Writer) Write(p []byte) (int, error) {
+	if w.size >= 0 && w.n+int64(len(p)) > w.size {
+		return 0, fmt.Errorf("write %s: %w: more than %d bytes", w.digest, ErrSizeMismatch, w.size)
+	}
+	n, err := w.f.Write(p)
+	w.hash.Write(p[:n])
+	w.n += int64(n)
+	if err != nil {
+		return n, fmt.Errorf("write %s: %w", w.digest, err)
+	}
+	return n, nil
+}
+
+// Commit verifies size and digest, makes the file durable and visible, and indexes it. On any failure the
+// temp file is removed and nothing becomes visible.
+func (w *Writer) Commit(mediaType string) error {
+	if err := w.commit(mediaType); err != nil {
+		w.Abort()
+		return err
+	}
+	return nil
+}
+
+func (w *Writer) commit(mediaType string) error {
+	if w.size >= 0 && w.n != w.size {
+		return fmt.Errorf("store %s: %w: got %d of %d bytes", w.digest, ErrSizeMismatch, w.n, w.size)
+	}
+	if got := digest.NewDigest(w.digest.Algorithm(), w.hash); got != w.digest {
+		return fmt.Errorf("store %s: %w: the bytes hash to %s", w.digest, ErrDigestMismatch, got)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("store %s: fsync: %w", w.digest, err)
+	}
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("store %s: %w", w.digest, err)
+	}
+	final, _ := w.s.blobPath(string(w.digest))
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return fmt.Errorf("store %s: %w", w.digest, err)
+	}
+	if err := os.Rename(w.f.Name(), final); err != nil {
+		return fmt.Errorf("store %s: %w", w.digest, err)
+	}
+	obj := Object{Digest: string(w.digest), Size: w.n, MediaType: mediaType, StoredAt: time.Now().UTC()}
+	if err := put(w.s, bucketObjects, []byte(obj.Digest), obj); err != nil {
+		return fmt.Errorf("index %s: %w", w.digest, err)
+	}
+	return nil
+}
+
+// Abort discards the temp file. It is safe to call after Commit failed or more than once.
+func (w *Writer) Abort() {
+	w.f.Close()
+	os.Remove(w.f.Name())
+}

@@ -1,0 +1,155 @@
+// Package upstream talks to the registries behind the cache: authentication (anonymous, basic, bearer token
+// flows and docker config files, all through go-containerregistry's transport), TLS settings, and timeouts
+// that bound how long a client can be kept waiting. It knows nothing of the store.
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/docker/cli/cli/config"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	icconfig "imagecache.io/imagecache/internal/config"
+)
+
+// Client fetches from one configured upstream registry.
+type Client struct {
+	name string
+	reg  name.Registry
+	auth authn.Authenticator
+	base http.RoundTripper
+
+	mu         sync.Mutex
+	transports map[string]http.RoundTripper // authenticated transport per repository (token scopes are per repository)
+}
+
+// New prepares a client for the upstream u. wrap, when not nil, wraps the bottom HTTP transport (metrics).
+func New(u icconfig.Upstream, wrap func(upstream string, rt http.RoundTripper) http.RoundTripper) (*Client, error) {
+	parsed, err := url.Parse(u.URL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: url %q: %w", u.Name, u.URL, err)
+	}
+	var opts []name.Option
+	if parsed.Scheme == "http" {
+		opts = append(opts, name.Insecure)
+	}
+	reg, err := name.NewRegistry(parsed.Host, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: url %q: %w", u.Name, u.URL, err)
+	}
+	auth, err := authenticator(u, parsed.Host)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+	}
+	base, err := baseTransport(u)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+	}
+	var rt http.RoundTripper = base
+	if wrap != nil {
+		rt = wrap(u.Name, base)
+	}
+	return &Client{name: u.Name, reg: reg, auth: auth, base: rt, transports: map[string]http.RoundTripper{}}, nil
+}
+
+// Name is the configured name of the upstream.
+func (c *Client) Name() string { return c.name }
+
+func authenticator(u icconfig.Upstream, host string) (authn.Authenticator, error) {
+	cr := u.Credentials
+	switch {
+	case cr.Token != "":
+		return &authn.Bearer{Token: cr.Token}, nil
+	case cr.Username != "":
+		return &authn.Basic{Username: cr.Username, Password: cr.Password}, nil
+	case cr.DockerConfig != "":
+		f, err := os.Open(cr.DockerConfig)
+		if err != nil {
+			return nil, fmt.Errorf("read dockerConfig: %w", err)
+		}
+		defer f.Close()
+		cf, err := config.LoadFromReader(f)
+		if err != nil {
+			return nil, fmt.Errorf("parse dockerConfig %s: %w", cr.DockerConfig, err)
+		}
+		// Docker Hub's entry is historically keyed by its v1 URL.
+		keys := []string{host}
+		for _, a := range append([]string{u.Name}, u.Aliases...) {
+			keys = append(keys, a)
+			if a == name.DefaultRegistry || a == "docker.io" {
+				keys = append(keys, authn.DefaultAuthKey)
+			}
+		}
+		for _, k := range keys {
+			ac, err := cf.GetAuthConfig(k)
+			if err != nil {
+				return nil, fmt.Errorf("dockerConfig %s: %w", cr.DockerConfig, err)
+			}
+			if ac.Username != "" || ac.IdentityToken != "" || ac.RegistryToken != "" {
+				return authn.FromConfig(authn.AuthConfig{Username: ac.Username, Password: ac.Password,
+					IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken}), nil
+			}
+		}
+		return nil, fmt.Errorf("dockerConfig %s has no credentials for %s", cr.DockerConfig, host)
+	}
+	return authn.Anonymous, nil
+}
+
+func baseTransport(u icconfig.Upstream) (*http.Transport, error) {
+	tlsConfig := &tls.Config{InsecureSkipVerify: u.InsecureSkipVerify} //nolint:gosec // opt-in per upstream
+	if u.CAFile != "" {
+		pem, err := os.ReadFile(u.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read caFile: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("caFile %s holds no PEM certificate", u.CAFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:       tlsConfig,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}, nil
+}
+
+// transport returns the authenticated transport for a repository, doing the registry's auth handshake
+// (ping, token) on first use. Failures are not remembered: the next request tries again.
+func (c *Client) transport(ctx context.Context, repository string) (http.RoundTripper, error) {
+	c.mu.Lock()
+	rt, ok := c.transports[repository]
+	c.mu.Unlock()
+	if ok {
+		return rt, nil
+	}
+	repo := c.reg.Repo(repository)
+	rt, err := transport.NewWithContext(ctx, c.reg, c.auth, c.base, []string{repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.transports[repository] = rt
+	c.mu.Unlock()
+	return rt, nil
+}

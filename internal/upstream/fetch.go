@@ -1,0 +1,184 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// MaxManifestSize is the largest manifest the cache accepts (the limit distribution and containerd use).
+const MaxManifestSize = 4 << 20
+
+// ErrManifestTooLarge is wrapped in the Error for a manifest over MaxManifestSize.
+var ErrManifestTooLarge = fmt.Errorf("manifest is over the %d byte limit", MaxManifestSize)
+
+// manifestAccept lists every manifest media type, so the upstream returns its stored manifest unconverted.
+var manifestAccept = strings.Join([]string{
+	"application/vnd.oci.image.index.v1+json",
+	"application/vnd.oci.image.manifest.v1+json",
+	"application/vnd.docker.distribution.manifest.list.v2+json",
+	"application/vnd.docker.distribution.manifest.v2+json",
+	"application/vnd.docker.distribution.manifest.v1+prettyjws",
+	"application/vnd.docker.distribution.manifest.v1+json",
+	"application/vnd.oci.artifact.manifest.v1+json",
+}, ", ")
+
+// Descriptor is what a manifest HEAD tells.
+type Descriptor struct {
+	Digest    string // from Docker-Content-Digest; may be empty if the upstream does not send it
+	MediaType string
+	Size      int64
+}
+
+// Manifest is a manifest's exact bytes as the upstream served them.
+type Manifest struct {
+	Descriptor
+	Body []byte
+}
+
+// Response is an upstream answer whose body is read by the caller.
+type Response struct {
+	Body   io.ReadCloser // closes the request; a stall longer than the timeout breaks it
+	Size   int64         // Content-Length, -1 when unknown
+	Header http.Header
+}
+
+// HeadManifest asks the upstream what repository:ref currently points to.
+func (c *Client) HeadManifest(ctx context.Context, repository, ref string, timeout time.Duration) (Descriptor, error) {
+	op := "HEAD manifest " + repository + refSep(ref) + ref
+	resp, err := c.do(ctx, http.MethodHead, repository, "/manifests/"+ref, "", manifestAccept, timeout, op)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	resp.Body.Close()
+	return Descriptor{Digest: resp.Header.Get("Docker-Content-Digest"), MediaType: mediaType(resp.Header), Size: resp.Size}, nil
+}
+
+// GetManifest fetches repository:ref's manifest bytes, refusing anything over MaxManifestSize.
+func (c *Client) GetManifest(ctx context.Context, repository, ref string, timeout time.Duration) (Manifest, error) {
+	op := "GET manifest " + repository + refSep(ref) + ref
+	resp, err := c.do(ctx, http.MethodGet, repository, "/manifests/"+ref, "", manifestAccept, timeout, op)
+	if err != nil {
+		return Manifest{}, err
+	}
+	defer resp.Body.Close()
+	if resp.Size > MaxManifestSize {
+		return Manifest{}, &Error{Upstream: c.name, Op: op, Err: fmt.Errorf("%d bytes: %w", resp.Size, ErrManifestTooLarge)}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestSize+1))
+	if err != nil {
+		return Manifest{}, &Error{Upstream: c.name, Op: op, Err: fmt.Errorf("read body: %w", err)}
+	}
+	if len(body) > MaxManifestSize {
+		return Manifest{}, &Error{Upstream: c.name, Op: op, Err: ErrManifestTooLarge}
+	}
+	if resp.Size >= 0 && int64(len(body)) != resp.Size {
+		return Manifest{}, &Error{Upstream: c.name, Op: op, Err: fmt.Errorf("got %d of %d bytes", len(body), resp.Size)}
+	}
+	d := Descriptor{Digest: resp.Header.Get("Docker-Content-Digest"), MediaType: mediaType(resp.Header), Size: int64(len(body))}
+	return Manifest{Descriptor: d, Body: body}, nil
+}
+
+// GetBlob starts downloading a blob; the caller reads and closes the body.
+func (c *Client) GetBlob(ctx context.Context, repository, digest string, timeout time.Duration) (*Response, error) {
+	return c.do(ctx, http.MethodGet, repository, "/blobs/"+digest, "", "", timeout, "GET blob "+repository+"@"+digest)
+}
+
+// Get fetches a small document under the repository (tags/list, referrers/<digest>) with the given query.
+func (c *Client) Get(ctx context.Context, repository, suffix, rawQuery, accept string, timeout time.Duration) (*Response, error) {
+	return c.do(ctx, http.MethodGet, repository, suffix, rawQuery, accept, timeout, "GET "+repository+suffix)
+}
+
+// do sends one request. timeout bounds the wait for the answer's status and headers, including the auth
+// handshake; afterwards the same timeout applies to each pause in the body, so a stalled transfer is cut
+// instead of hanging its readers.
+func (c *Client) do(ctx context.Context, method, repository, suffix, rawQuery, accept string, timeout time.Duration, op string) (*Response, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(timeout, func() { timedOut.Store(true); cancel() })
+	fail := func(err error) (*Response, error) {
+		timer.Stop()
+		cancel()
+		return nil, fromTransport(op, c.name, err, timedOut.Load() || errors.Is(err, context.DeadlineExceeded), timeout)
+	}
+	rt, err := c.transport(ctx, repository)
+	if err != nil {
+		return fail(err)
+	}
+	u := url.URL{Scheme: c.reg.Scheme(), Host: c.reg.RegistryStr(), Path: "/v2/" + repository + suffix, RawQuery: rawQuery}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return fail(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := (&http.Client{Transport: rt}).Do(req)
+	if err != nil {
+		return fail(err)
+	}
+	timer.Stop()
+	if resp.StatusCode != http.StatusOK {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, fromResponse(op, c.name, resp)
+	}
+	size := resp.ContentLength
+	if method == http.MethodHead {
+		size = -1
+		if n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64); err == nil {
+			size = n
+		}
+	}
+	body := &idleBody{body: resp.Body, cancel: cancel, idle: timeout, timedOut: &timedOut}
+	body.timer = time.AfterFunc(timeout, body.expire)
+	return &Response{Body: body, Size: size, Header: resp.Header}, nil
+}
+
+// idleBody cuts a response body whose bytes stop arriving for longer than idle.
+type idleBody struct {
+	body     io.ReadCloser
+	cancel   context.CancelFunc
+	idle     time.Duration
+	timer    *time.Timer
+	timedOut *atomic.Bool
+}
+
+func (b *idleBody) expire() { b.timedOut.Store(true); b.cancel() }
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	b.timer.Reset(b.idle)
+	if err != nil && err != io.EOF && b.timedOut.Load() {
+		err = fmt.Errorf("upstream sent nothing for %s: %w", b.idle, err)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	b.cancel()
+	return b.body.Close()
+}
+
+func mediaType(h http.Header) string {
+	mt := h.Get("Content-Type")
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = strings.TrimSpace(mt[:i])
+	}
+	return mt
+}
+
+func refSep(ref string) string {
+	if strings.Contains(ref, ":") {
+		return "@"
+	}
+	return ":"
+}
