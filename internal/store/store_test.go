@@ -164,4 +164,3 @@ func assertNoFiles(t *testing.T, dir string) {
 		return nil
 	})
 }
-
