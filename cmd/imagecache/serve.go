@@ -169,9 +169,13 @@ func logStartup(log *slog.Logger, cfg *config.Config, addr string) {
 	if len(cfg.Upstreams) > 0 && defaultName == "" {
 		example = cfg.Upstreams[0].Name + "/some/repository:tag"
 	}
+	docker := fmt.Sprintf(`daemon.json: {"registry-mirrors": ["http://%s"]} (mirrors the default upstream %s)`, addr, defaultName)
+	if defaultName == "" {
+		docker = "registry-mirrors needs an upstream with default: true"
+	}
 	log.Info("point clients at it",
 		"crane", fmt.Sprintf("crane pull --insecure %s/%s image.tar", addr, example),
 		"containerd", fmt.Sprintf(`/etc/containerd/certs.d/<registry>/hosts.toml: [host."http://%s"] capabilities = ["pull", "resolve"]`, addr),
 		"podman", fmt.Sprintf(`registries.conf: [[registry.mirror]] location = "%s/<registry>" insecure = true`, addr),
-		"docker", fmt.Sprintf(`daemon.json: {"registry-mirrors": ["http://%s"]} (mirrors the default upstream %s)`, addr, defaultName))
+		"docker", docker)
 }
