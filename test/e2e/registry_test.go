@@ -24,6 +24,9 @@ type registryOpts struct {
 	auth    bool   // htpasswd basic auth with registryUser / registryPassword
 	tlsCert string // PEM files; both set: serve HTTPS
 	tlsKey  string
+	// proxyRemote, when set, runs the registry in distribution's pull-through proxy mode in front of it:
+	// the peer that benchmarks compare imagecache with.
+	proxyRemote string
 }
 
 // registryProc is a CNCF distribution registry on 127.0.0.1 with filesystem storage in a temp dir.
@@ -99,6 +102,9 @@ http:
 `, r.DataDir, r.Host)
 	if r.opts.tlsCert != "" {
 		cfg += fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", r.opts.tlsCert, r.opts.tlsKey)
+	}
+	if r.opts.proxyRemote != "" {
+		cfg += fmt.Sprintf("proxy:\n  remoteurl: %s\n", r.opts.proxyRemote)
 	}
 	if r.opts.auth {
 		htpasswd := filepath.Join(dir, "htpasswd")
