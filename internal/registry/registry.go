@@ -45,6 +45,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader([]byte("{}")))
 		return
 	}
+	if strings.Contains(strings.ToLower(r.URL.EscapedPath()), "%2f") {
+		// net/http has already decoded %2F into a "/", which would pass as a path separator.
+		h.fail(w, "other", &regError{Status: http.StatusBadRequest, Code: reference.CodeNameInvalid,
+			Message: "the path holds an escaped slash (%2F); write repository names with plain slashes"})
+		return
+	}
 	req, err := reference.ParsePath(strings.TrimPrefix(rest, "/"))
 	if err != nil {
 		h.fail(w, "other", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -20,8 +21,6 @@ type Routes struct {
 // Handler builds the mux. When accessLog is set, one line is logged per request.
 func Handler(r Routes, log *slog.Logger, accessLog bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v2/", r.Registry)
-	mux.Handle("/v2", r.Registry)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.Ready(); err != nil {
@@ -31,7 +30,17 @@ func Handler(r Routes, log *slog.Logger, accessLog bool) http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/metrics", r.Metrics)
-	return withRequestLog(mux, log, accessLog)
+	// /v2 bypasses the mux: ServeMux answers paths with "..", "." or "//" with a redirect to the cleaned
+	// path, which would send a client to another repository (or a write to be retried there) instead of
+	// telling it that its name is invalid. The registry handler validates every path itself.
+	top := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/v2" || strings.HasPrefix(req.URL.Path, "/v2/") {
+			r.Registry.ServeHTTP(w, req)
+			return
+		}
+		mux.ServeHTTP(w, req)
+	})
+	return withRequestLog(top, log, accessLog)
 }
 
 // withRequestLog gives every request an id (the client's X-Request-Id, or a new one) and logs it.
