@@ -30,7 +30,11 @@ func buildImagecache(t testing.TB) string {
 			return
 		}
 		buildBin = filepath.Join(buildDir, "imagecache")
-		cmd := exec.Command("go", "build", "-o", buildBin, "./cmd/imagecache")
+		args := []string{"build", "-o", buildBin}
+		if os.Getenv("E2E_RACE") != "" {
+			args = append(args, "-race") // E2E_RACE=1: find data races in the server under real traffic
+		}
+		cmd := exec.Command("go", append(args, "./cmd/imagecache")...)
 		cmd.Dir = repoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/imagecache: %w\n%s", err, out)
@@ -83,6 +87,9 @@ func startImagecache(t testing.TB, configYAML string) *cacheProc {
 			t.Logf("imagecache log tail (%s):\n%s", c.logPath, c.logTail(8192))
 		}
 		c.proc.stop(t, 10*time.Second)
+		if log := c.Log(); strings.Contains(log, "WARNING: DATA RACE") {
+			t.Errorf("the race detector found a data race in imagecache (E2E_RACE build):\n%s", log[strings.Index(log, "WARNING: DATA RACE"):])
+		}
 	})
 	c.Start(t)
 	return c
