@@ -89,6 +89,9 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Storage.MaxSize > 0 || cfg.Storage.MaxObjectSize > 0 {
+		log.Warn("storage.maxSize and storage.maxObjectSize are not enforced by this version yet: the cache grows without bound; watch the disk")
+	}
 	st, err := store.Open(cfg.Storage.Path)
 	if err != nil {
 		return err

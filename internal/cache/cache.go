@@ -4,6 +4,8 @@
 package cache
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,6 +97,9 @@ func upstreamFailure(what string, err error) error {
 	case ue.Timeout > 0:
 		e.Status, e.Code = http.StatusGatewayTimeout, "UNAVAILABLE"
 		e.Message += "; nothing is cached for it, try again when the upstream is reachable"
+	case ue.Status == 0 && isCertificateError(err):
+		e.Status, e.Code = http.StatusBadGateway, "UNAVAILABLE"
+		e.Message += "; the upstream's TLS certificate is not trusted: set caFile (or insecureSkipVerify) for upstream " + ue.Upstream
 	case ue.Status == 0:
 		e.Status, e.Code = http.StatusBadGateway, "UNAVAILABLE"
 		e.Message += "; nothing is cached for it, try again when the upstream is reachable"
@@ -109,6 +114,14 @@ func upstreamFailure(what string, err error) error {
 		e.Status, e.Code = http.StatusBadGateway, "UNAVAILABLE"
 	}
 	return e
+}
+
+func isCertificateError(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
 func notFoundCode(upstreamCode, what string) string {

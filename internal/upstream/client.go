@@ -25,8 +25,9 @@ import (
 
 // Client fetches from one configured upstream registry.
 type Client struct {
-	name string
-	reg  name.Registry
+	name   string
+	scheme string // http or https, exactly as configured
+	reg    name.Registry
 	auth authn.Authenticator
 	base http.RoundTripper
 
@@ -56,11 +57,11 @@ func New(u icconfig.Upstream, wrap func(upstream string, rt http.RoundTripper) h
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
 	}
-	var rt http.RoundTripper = base
+	var rt http.RoundTripper = &pinnedScheme{host: parsed.Host, scheme: parsed.Scheme, next: base}
 	if wrap != nil {
-		rt = wrap(u.Name, base)
+		rt = wrap(u.Name, rt)
 	}
-	return &Client{name: u.Name, reg: reg, auth: auth, base: rt, transports: map[string]http.RoundTripper{}}, nil
+	return &Client{name: u.Name, scheme: parsed.Scheme, reg: reg, auth: auth, base: rt, transports: map[string]http.RoundTripper{}}, nil
 }
 
 // Name is the configured name of the upstream.
@@ -132,6 +133,22 @@ func baseTransport(u icconfig.Upstream) (*http.Transport, error) {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}, nil
+}
+
+// pinnedScheme refuses requests to the upstream's own host over the scheme it was not configured with.
+// go-containerregistry's ping tries https and then http for loopback and private-network hosts; without this
+// an https upstream whose certificate fails would be retried over plain http, and an http upstream would
+// first see a TLS handshake. Redirects to other hosts (blob storage) are not affected.
+type pinnedScheme struct {
+	host, scheme string
+	next         http.RoundTripper
+}
+
+func (p *pinnedScheme) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == p.host && req.URL.Scheme != p.scheme {
+		return nil, fmt.Errorf("not using %s: the upstream is configured as %s://%s", req.URL.Scheme, p.scheme, p.host)
+	}
+	return p.next.RoundTrip(req)
 }
 
 // transport returns the authenticated transport for a repository, doing the registry's auth handshake

@@ -37,9 +37,25 @@ func (e *Error) Error() string {
 			fmt.Fprintf(&b, " (%s)", e.Message)
 		}
 	case e.Err != nil:
-		b.WriteString(e.Err.Error())
+		b.WriteString(withoutSchemeRefusals(e.Err.Error()))
 	}
 	return b.String()
+}
+
+// withoutSchemeRefusals drops, from go-containerregistry's "https error; http error" ping message, the half
+// that pinnedScheme refused on purpose, so the message names only the real failure.
+func withoutSchemeRefusals(msg string) string {
+	parts := strings.Split(msg, "; ")
+	kept := parts[:0]
+	for _, p := range parts {
+		if !strings.Contains(p, "not using http") {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == 0 {
+		return msg
+	}
+	return strings.Join(kept, "; ")
 }
 
 func (e *Error) Unwrap() error { return e.Err }

@@ -112,7 +112,7 @@ func (c *Client) do(ctx context.Context, method, repository, suffix, rawQuery, a
 	if err != nil {
 		return fail(err)
 	}
-	u := url.URL{Scheme: c.reg.Scheme(), Host: c.reg.RegistryStr(), Path: "/v2/" + repository + suffix, RawQuery: rawQuery}
+	u := url.URL{Scheme: c.scheme, Host: c.reg.RegistryStr(), Path: "/v2/" + repository + suffix, RawQuery: rawQuery}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return fail(err)
