@@ -59,7 +59,7 @@ func withRequestLog(next http.Handler, log *slog.Logger, accessLog bool) http.Ha
 			}
 			log.Info("request", "id", id, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 				"status", rec.status, "bytes", rec.bytes, "cache", w.Header().Get("X-Cache"),
-				"duration", time.Since(start).Round(time.Microsecond), "remote", r.RemoteAddr)
+				"ms", float64(time.Since(start).Microseconds())/1000, "remote", r.RemoteAddr)
 		}()
 		next.ServeHTTP(rec, r)
 	})

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -132,37 +131,37 @@ func TestPullThroughAddressing(t *testing.T) {
 	t.Run("headers", func(t *testing.T) {
 		for _, s := range seeded {
 			for _, ref := range []string{s.tag, s.digest} {
-				up := rawGet(t, http.MethodGet, reg.URL+"/v2/"+s.repo+"/manifests/"+ref, "Accept", allManifestTypes)
-				if up.status != http.StatusOK {
-					t.Fatalf("upstream %s:%s: %d", s.repo, ref, up.status)
+				up := call(t, http.MethodGet, reg.URL+"/v2/"+s.repo+"/manifests/"+ref, "Accept", allManifestTypes)
+				if up.Status != http.StatusOK {
+					t.Fatalf("upstream %s:%s: %d", s.repo, ref, up.Status)
 				}
 				path := cache.URL + "/v2/upstream.test/" + s.repo + "/manifests/" + ref
-				get := rawGet(t, http.MethodGet, path, "Accept", allManifestTypes)
-				head := rawGet(t, http.MethodHead, path, "Accept", allManifestTypes)
+				get := call(t, http.MethodGet, path, "Accept", allManifestTypes)
+				head := call(t, http.MethodHead, path, "Accept", allManifestTypes)
 				for _, a := range []struct {
 					method string
-					r      rawAnswer
+					r      answer
 				}{{"GET", get}, {"HEAD", head}} {
 					what := a.method + " " + path
-					if a.r.status != http.StatusOK {
-						t.Errorf("%s: %d %s", what, a.r.status, a.r.body)
+					if a.r.Status != http.StatusOK {
+						t.Errorf("%s: %d %s", what, a.r.Status, a.r.Body)
 						continue
 					}
-					if got := a.r.header.Get("Docker-Content-Digest"); got != s.digest {
+					if got := a.r.Header.Get("Docker-Content-Digest"); got != s.digest {
 						t.Errorf("%s: Docker-Content-Digest %q, want %s", what, got, s.digest)
 					}
-					if got, want := a.r.header.Get("Content-Type"), up.header.Get("Content-Type"); got != want {
+					if got, want := a.r.Header.Get("Content-Type"), up.Header.Get("Content-Type"); got != want {
 						t.Errorf("%s: Content-Type %q, upstream sent %q", what, got, want)
 					}
-					if got, want := a.r.header.Get("Content-Length"), fmt.Sprint(len(up.body)); got != want {
+					if got, want := a.r.Header.Get("Content-Length"), fmt.Sprint(len(up.Body)); got != want {
 						t.Errorf("%s: Content-Length %q, want %s", what, got, want)
 					}
 				}
-				if !bytes.Equal(get.body, up.body) {
-					t.Errorf("GET %s: body differs from the upstream's (%d vs %d bytes)", path, len(get.body), len(up.body))
+				if !bytes.Equal(get.Body, up.Body) {
+					t.Errorf("GET %s: body differs from the upstream's (%d vs %d bytes)", path, len(get.Body), len(up.Body))
 				}
-				if len(head.body) != 0 {
-					t.Errorf("HEAD %s: %d bytes of body", path, len(head.body))
+				if len(head.Body) != 0 {
+					t.Errorf("HEAD %s: %d bytes of body", path, len(head.Body))
 				}
 			}
 		}
@@ -181,9 +180,9 @@ func TestPullThroughAddressing(t *testing.T) {
 			"/v2/docker.io/nginx/manifests/x",         // a short Docker Hub name after the prefix
 		} {
 			px.Reset()
-			a := rawGet(t, http.MethodGet, hub.URL+path, "Accept", allManifestTypes)
-			if a.status != http.StatusOK || a.header.Get("Docker-Content-Digest") != hubDigest {
-				t.Errorf("GET %s: %d digest %q, want 200 %s: %s", path, a.status, a.header.Get("Docker-Content-Digest"), hubDigest, a.body)
+			a := call(t, http.MethodGet, hub.URL+path, "Accept", allManifestTypes)
+			if a.Status != http.StatusOK || a.Header.Get("Docker-Content-Digest") != hubDigest {
+				t.Errorf("GET %s: %d digest %q, want 200 %s: %s", path, a.Status, a.Header.Get("Docker-Content-Digest"), hubDigest, a.Body)
 			}
 			var paths []string
 			for _, r := range px.Requests() {
@@ -206,10 +205,10 @@ func TestPullThroughAddressing(t *testing.T) {
 
 	t.Run("unknown-name", func(t *testing.T) {
 		for _, path := range []string{"/v2/elsewhere.test/team/app/manifests/v1", "/v2/app/manifests/v1"} {
-			a := rawGet(t, http.MethodGet, nsOnly.URL+path, "Accept", allManifestTypes)
-			code, msg := a.ociErr()
-			if a.status != http.StatusNotFound || code != "NAME_UNKNOWN" {
-				t.Errorf("GET %s with no default upstream: %d %s, want 404 NAME_UNKNOWN", path, a.status, a.body)
+			a := call(t, http.MethodGet, nsOnly.URL+path, "Accept", allManifestTypes)
+			code, msg := a.ociError()
+			if a.Status != http.StatusNotFound || code != "NAME_UNKNOWN" {
+				t.Errorf("GET %s with no default upstream: %d %s, want 404 NAME_UNKNOWN", path, a.Status, a.Body)
 			}
 			// The message must tell the person what they can use instead.
 			for _, want := range []string{"upstream.test", reg.Host} {
@@ -221,32 +220,32 @@ func TestPullThroughAddressing(t *testing.T) {
 	})
 
 	t.Run("tags", func(t *testing.T) {
-		up := rawGet(t, http.MethodGet, reg.URL+"/v2/addr/oci/tags/list")
+		up := call(t, http.MethodGet, reg.URL+"/v2/addr/oci/tags/list")
 		want := tagsOf(t, up)
 		if !slices.Equal(want, []string{"v1", "v2"}) {
 			t.Fatalf("upstream tags %v, want [v1 v2]", want)
 		}
 		path := cache.URL + "/v2/upstream.test/addr/oci/tags/list"
-		a := rawGet(t, http.MethodGet, path)
-		if a.status != http.StatusOK {
-			t.Fatalf("GET %s: %d %s", path, a.status, a.body)
+		a := call(t, http.MethodGet, path)
+		if a.Status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, a.Status, a.Body)
 		}
 		if got := tagsOf(t, a); !slices.Equal(got, want) {
 			t.Errorf("GET %s: tags %v, upstream has %v", path, got, want)
 		}
 
 		reg.Stop(t)
-		a = rawGet(t, http.MethodGet, path)
-		if a.status != http.StatusOK {
-			t.Fatalf("GET %s with the upstream stopped: %d %s", path, a.status, a.body)
+		a = call(t, http.MethodGet, path)
+		if a.Status != http.StatusOK {
+			t.Fatalf("GET %s with the upstream stopped: %d %s", path, a.Status, a.Body)
 		}
 		if got := tagsOf(t, a); !slices.Equal(got, want) {
 			t.Errorf("GET %s with the upstream stopped: tags %v, want %v", path, got, want)
 		}
-		if x := a.header.Get("X-Cache"); x != "STALE" {
+		if x := a.Header.Get("X-Cache"); x != "STALE" {
 			t.Errorf("GET %s with the upstream stopped: X-Cache %q, want STALE", path, x)
 		}
-		if w := a.header.Get("Warning"); !strings.HasPrefix(w, "110") {
+		if w := a.Header.Get("Warning"); !strings.HasPrefix(w, "110") {
 			t.Errorf("GET %s with the upstream stopped: Warning %q, want 110 ...", path, w)
 		}
 	})
@@ -429,51 +428,14 @@ func (rt *nsTransport) mismatches() []string {
 	return slices.Clone(rt.wrong)
 }
 
-// rawAnswer is a whole response; rawGet sends one request with optional header pairs.
-type rawAnswer struct {
-	status int
-	header http.Header
-	body   []byte
-}
 
-func (a rawAnswer) ociErr() (code, message string) {
-	var e struct {
-		Errors []struct{ Code, Message string } `json:"errors"`
-	}
-	if json.Unmarshal(a.body, &e) == nil && len(e.Errors) > 0 {
-		return e.Errors[0].Code, e.Errors[0].Message
-	}
-	return "", ""
-}
-
-func rawGet(t testing.TB, method, url string, header ...string) rawAnswer {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
-	}
-	return rawAnswer{status: resp.StatusCode, header: resp.Header, body: body}
-}
-
-func tagsOf(t testing.TB, a rawAnswer) []string {
+func tagsOf(t testing.TB, a answer) []string {
 	t.Helper()
 	var l struct {
 		Tags []string `json:"tags"`
 	}
-	if err := json.Unmarshal(a.body, &l); err != nil {
-		t.Fatalf("tag list %q: %v", a.body, err)
+	if err := json.Unmarshal(a.Body, &l); err != nil {
+		t.Fatalf("tag list %q: %v", a.Body, err)
 	}
 	slices.Sort(l.Tags)
 	return l.Tags

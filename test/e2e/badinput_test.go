@@ -267,10 +267,10 @@ func TestBadInputOversizedManifest(t *testing.T) {
 	limit := regexp.MustCompile(`4 ?MiB|4194304|4 ?MB`)
 	for i, ref := range []string{"v1", dgst, "v1"} {
 		before := gets.Load()
-		a := rawGet(t, http.MethodGet, cache.URL+"/v2/big.test/big/app/manifests/"+ref, "Accept", allManifestTypes)
-		code, msg := a.ociErr()
-		if a.status != http.StatusBadGateway || code == "" {
-			t.Errorf("GET %s: %d %.300s, want 502 with an OCI error", ref, a.status, a.body)
+		a := call(t, http.MethodGet, cache.URL+"/v2/big.test/big/app/manifests/"+ref, "Accept", allManifestTypes)
+		code, msg := a.ociError()
+		if a.Status != http.StatusBadGateway || code == "" {
+			t.Errorf("GET %s: %d %.300s, want 502 with an OCI error", ref, a.Status, a.Body)
 		}
 		if !limit.MatchString(msg) {
 			t.Errorf("GET %s: message %q does not name the 4 MiB limit", ref, msg)
