@@ -19,6 +19,7 @@ import (
 
 	"imagecache.io/imagecache/internal/cache"
 	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/files"
 	"imagecache.io/imagecache/internal/metrics"
 	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/registry"
@@ -72,8 +73,6 @@ func loadConfig(o serveOptions) (*config.Config, error) {
 		cfg.Storage.Path = o.storage
 	}
 	switch {
-	case len(cfg.Files) > 0:
-		return nil, errors.New("files: HTTP file sets are not supported by this version of imagecache yet; remove the files section")
 	case cfg.Proxy != nil:
 		return nil, errors.New("proxy: the intercepting proxy is not supported by this version of imagecache yet; remove the proxy section")
 	}
@@ -111,8 +110,17 @@ func serve(ctx context.Context, o serveOptions) error {
 	}
 	c := cache.New(st, clients, cfg.Rules(), log)
 	m.GaugeFunc("imagecache_downloads_in_flight", "Blob downloads from upstreams in progress.", func() float64 { return float64(c.DownloadsInFlight()) })
+	sets, err := files.NewManager(st, cfg.Files, c, cfg.Upstreams, log)
+	if err != nil {
+		return err
+	}
+	api := http.NewServeMux()
+	api.HandleFunc("/api/v1/sets", sets.ServeAPI)
+	api.HandleFunc("/api/v1/sets/", sets.ServeAPI)
 	handler := server.Handler(server.Routes{
 		Registry: registry.New(c, reference.NewRouter(routes), log, m.ObserveRequest),
+		Files:    sets,
+		API:      api,
 		Metrics:  promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
 		Ready:    func() error { return nil },
 	}, log, o.accessLog)
@@ -126,6 +134,7 @@ func serve(ctx context.Context, o serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	sets.Run(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

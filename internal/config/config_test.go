@@ -38,6 +38,7 @@ func TestLoadExample(t *testing.T) {
 			},
 			RefreshInterval:         time.Hour,
 			MinimumModificationTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+			Architecture:            "amd64",
 		}},
 		Proxy: &Proxy{Listen: "127.0.0.1:3128"},
 	}

@@ -29,6 +29,21 @@ type FileSet struct {
 	// MinimumModificationTime forces a download when the cached copy is
 	// older; zero when unset.
 	MinimumModificationTime time.Time
+	// Architecture picks the manifest of an oci:// image index (amd64 or
+	// arm64, also spelled x86_64 and aarch64); default amd64.
+	Architecture string
+}
+
+// NormalizeArchitecture maps the kernel's names for an architecture to the OCI
+// ones, so that x86_64 and amd64 (aarch64 and arm64) mean the same.
+func NormalizeArchitecture(a string) string {
+	switch strings.ToLower(a) {
+	case "", "amd64", "x86_64", "x86-64":
+		return "amd64"
+	case "arm64", "aarch64":
+		return "arm64"
+	}
+	return strings.ToLower(a)
 }
 
 // Extract publishes the tarball member matching From (a glob, see
@@ -62,7 +77,7 @@ func (d *decoder) fileSets(n *yaml.Node, path string) []FileSet {
 
 func (d *decoder) fileSet(n *yaml.Node, path string) FileSet {
 	var fs FileSet
-	m := d.mapping(n, path, "set", "url", "sha256", "checksumURL", "extract", "refreshInterval", "minimumModificationTime")
+	m := d.mapping(n, path, "set", "url", "sha256", "checksumURL", "extract", "refreshInterval", "minimumModificationTime", "architecture")
 	if n.Kind != yaml.MappingNode && !isNull(n) {
 		return fs
 	}
@@ -99,6 +114,14 @@ func (d *decoder) fileSet(n *yaml.Node, path string) FileSet {
 			d.failf(v, p, "%q is not an RFC 3339 time (write e.g. \"2026-01-01T00:00:00Z\")", s)
 		}
 		fs.MinimumModificationTime = t
+	}
+	fs.Architecture = "amd64"
+	if v, ok := m["architecture"]; ok {
+		p := field(path, "architecture")
+		fs.Architecture = NormalizeArchitecture(d.str(v, p))
+		if !segment.MatchString(fs.Architecture) {
+			d.failf(v, p, "%q is not an architecture (want e.g. amd64, x86_64, arm64 or aarch64)", fs.Architecture)
+		}
 	}
 	return fs
 }

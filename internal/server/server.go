@@ -14,6 +14,8 @@ import (
 // Routes are the handlers the server mounts.
 type Routes struct {
 	Registry http.Handler // /v2/
+	Files    http.Handler // /files/
+	API      http.Handler // /api/v1/
 	Metrics  http.Handler // /metrics
 	Ready    func() error // nil when the server can serve
 }
@@ -30,6 +32,8 @@ func Handler(r Routes, log *slog.Logger, accessLog bool) http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/metrics", r.Metrics)
+	mux.Handle("/files/", r.Files)
+	mux.Handle("/api/v1/", r.API)
 	// /v2 bypasses the mux: ServeMux answers paths with "..", "." or "//" with a redirect to the cleaned
 	// path, which would send a client to another repository (or a write to be retried there) instead of
 	// telling it that its name is invalid. The registry handler validates every path itself.

@@ -17,7 +17,7 @@ var (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketObjects, bucketTags, bucketLinks, bucketDocs} {
+	for _, b := range [][]byte{bucketObjects, bucketTags, bucketLinks, bucketDocs, bucketSets} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}

@@ -75,20 +75,34 @@ type Writer struct {
 	digest digest.Digest
 	size   int64 // announced size, -1 when unknown
 	n      int64
+	// computed: the digest is whatever the content hashes to, not a promise to check.
+	computed bool
 }
 
-// NewWriter starts writing the object dgst of the announced size (-1 when unknown).
+// NewWriter starts writing the object dgst of the announced size (-1 when unknown). With dgst == "" the
+// content's sha256 becomes its digest at Commit (a file unpacked from a tarball has no digest up front).
 func (s *Store) NewWriter(dgst string, size int64) (*Writer, error) {
+	computed := dgst == ""
+	if computed {
+		dgst = digest.SHA256.FromString("").String() // placeholder of the right algorithm
+	}
 	if _, err := s.blobPath(dgst); err != nil {
 		return nil, err
 	}
 	d := digest.Digest(dgst)
-	f, err := os.CreateTemp(filepath.Join(s.root, "tmp"), d.Encoded()[:12]+"-*")
+	prefix := d.Encoded()[:12] + "-*"
+	if computed {
+		prefix = "computed-*"
+	}
+	f, err := os.CreateTemp(filepath.Join(s.root, "tmp"), prefix)
 	if err != nil {
 		return nil, fmt.Errorf("create temp file for %s: %w", dgst, err)
 	}
-	return &Writer{s: s, f: f, hash: d.Algorithm().Hash(), digest: d, size: size}, nil
+	return &Writer{s: s, f: f, hash: d.Algorithm().Hash(), digest: d, size: size, computed: computed}, nil
 }
+
+// Digest is the digest the object was stored under (after a successful Commit).
+func (w *Writer) Digest() string { return string(w.digest) }
 
 // TempPath is the file being written; readers may open it to follow the download as it grows.
 func (w *Writer) TempPath() string { return w.f.Name() }
@@ -122,6 +136,9 @@ func (w *Writer) Commit(mediaType string) error {
 func (w *Writer) commit(mediaType string) error {
 	if w.size >= 0 && w.n != w.size {
 		return fmt.Errorf("store %s: %w: got %d of %d bytes", w.digest, ErrSizeMismatch, w.n, w.size)
+	}
+	if w.computed {
+		w.digest = digest.NewDigest(w.digest.Algorithm(), w.hash)
 	}
 	if got := digest.NewDigest(w.digest.Algorithm(), w.hash); got != w.digest {
 		return fmt.Errorf("store %s: %w: the bytes hash to %s", w.digest, ErrDigestMismatch, got)

@@ -83,7 +83,7 @@ func TestLeftoverTempFilesRemovedAtOpen(t *testing.T) {
 
 func TestInvalidDigestsNeverBecomePaths(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	for _, d := range []string{"sha256:../../../etc/passwd", "sha256:" + strings.Repeat("A", 64), "md5:abc", "", "sha256:" + strings.Repeat("a", 63) + "/"} {
+	for _, d := range []string{"sha256:../../../etc/passwd", "sha256:" + strings.Repeat("A", 64), "md5:abc", "sha256:" + strings.Repeat("a", 63) + "/"} {
 		if _, err := s.NewWriter(d, -1); err == nil {
 			t.Errorf("NewWriter(%q) accepted an invalid digest", d)
 		}
@@ -163,4 +163,41 @@ func assertNoFiles(t *testing.T, dir string) {
 		}
 		return nil
 	})
+}
+
+func TestComputedDigestWriter(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	w, err := s.NewWriter("", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("kernel bytes"))
+	if err := w.Commit(""); err != nil {
+		t.Fatal(err)
+	}
+	want := digest.FromString("kernel bytes").String()
+	if w.Digest() != want {
+		t.Fatalf("digest %s, want %s", w.Digest(), want)
+	}
+	if got, _, err := s.ReadAll(want); err != nil || string(got) != "kernel bytes" {
+		t.Fatalf("read back %q %v", got, err)
+	}
+}
+
+func TestSetVersions(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	if _, err := s.Set("ipa"); !errors.Is(err, ErrNotFound) {
+		t.Fatal("unknown set found")
+	}
+	v := SetVersion{Version: 1, Files: map[string]SetFile{"k": {Digest: "sha256:" + strings.Repeat("b", 64), Size: 1}}}
+	if err := s.PutSet("ipa", v); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Set("ipa")
+	if err != nil || got.Version != 1 || got.Files["k"].Size != 1 {
+		t.Fatalf("set %+v %v", got, err)
+	}
+	if names, _ := s.Sets(); len(names) != 1 || names[0] != "ipa" {
+		t.Fatalf("sets %v", names)
+	}
 }

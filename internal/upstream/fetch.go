@@ -137,9 +137,19 @@ func (c *Client) do(ctx context.Context, method, repository, suffix, rawQuery, a
 			size = n
 		}
 	}
-	body := &idleBody{body: resp.Body, cancel: cancel, idle: timeout, timedOut: &timedOut}
-	body.timer = time.AfterFunc(timeout, body.expire)
-	return &Response{Body: body, Size: size, Header: resp.Header}, nil
+	return &Response{Body: newIdleBody(resp.Body, timeout, cancel, &timedOut), Size: size, Header: resp.Header}, nil
+}
+
+// IdleTimeout wraps a response body so that a pause in its bytes longer than idle cancels the request
+// (through cancel, the request context's) and the read fails with a message saying so.
+func IdleTimeout(body io.ReadCloser, idle time.Duration, cancel context.CancelFunc) io.ReadCloser {
+	return newIdleBody(body, idle, cancel, new(atomic.Bool))
+}
+
+func newIdleBody(body io.ReadCloser, idle time.Duration, cancel context.CancelFunc, timedOut *atomic.Bool) *idleBody {
+	b := &idleBody{body: body, cancel: cancel, idle: idle, timedOut: timedOut}
+	b.timer = time.AfterFunc(idle, b.expire)
+	return b
 }
 
 // idleBody cuts a response body whose bytes stop arriving for longer than idle.

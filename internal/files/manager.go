@@ -1,0 +1,150 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/store"
+)
+
+const (
+	// DefaultRefreshInterval is how often a set is checked when its config does not say.
+	DefaultRefreshInterval = time.Hour
+	firstRetry             = time.Second
+	maxRetry               = 5 * time.Minute
+)
+
+// Manager keeps the configured file sets fresh and serves them.
+type Manager struct {
+	store   *store.Store
+	fetcher *Fetcher
+	images  Images // for oci:// sources; nil when there is no registry side
+	hosts   []config.Upstream
+	log     *slog.Logger
+	sets    map[string]*set
+	order   []string
+}
+
+// NewManager loads the published version of each set from the store, so that serving starts at once,
+// before any refresh.
+func NewManager(st *store.Store, sets []config.FileSet, images Images, upstreams []config.Upstream, log *slog.Logger) (*Manager, error) {
+	m := &Manager{store: st, fetcher: &Fetcher{}, images: images, hosts: upstreams, log: log, sets: map[string]*set{}}
+	for _, cfg := range sets {
+		s := newSet(cfg)
+		v, err := st.Set(cfg.Set)
+		switch {
+		case err == nil:
+			s.current.Store(&v)
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, fmt.Errorf("load file set %s: %w", cfg.Set, err)
+		}
+		m.sets[cfg.Set] = s
+		m.order = append(m.order, cfg.Set)
+	}
+	return m, nil
+}
+
+// Run refreshes every set now and then on its interval, retrying failures with capped exponential backoff,
+// until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	for _, name := range m.order {
+		go m.loop(ctx, m.sets[name])
+	}
+}
+
+func (m *Manager) loop(ctx context.Context, s *set) {
+	interval := s.cfg.RefreshInterval
+	if interval <= 0 {
+		interval = DefaultRefreshInterval
+	}
+	retry := firstRetry
+	for {
+		wait := interval
+		if err := m.refresh(ctx, s); err != nil {
+			wait, retry = retry, min(retry*2, maxRetry)
+		} else {
+			retry = firstRetry
+		}
+		s.mu.Lock()
+		s.nextCheck = time.Now().Add(wait).UTC()
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Refresh runs one refresh of the named set now (after any running one) and returns its status.
+func (m *Manager) Refresh(ctx context.Context, name string) (Status, error) {
+	s, ok := m.sets[name]
+	if !ok {
+		return Status{}, fmt.Errorf("no file set named %q", name)
+	}
+	err := m.refresh(ctx, s)
+	return m.status(s), err
+}
+
+// Status is what is known of a set, as served at /files/<set>/.
+type Status struct {
+	Set                  string       `json:"set"`
+	Source               string       `json:"source"`
+	State                State        `json:"state"`
+	Message              string       `json:"message,omitempty"`
+	Version              int          `json:"version"`
+	PublishedAt          *time.Time   `json:"publishedAt,omitempty"`
+	CheckedAt            *time.Time   `json:"checkedAt,omitempty"`
+	NextCheck            *time.Time   `json:"nextCheck,omitempty"`
+	UpstreamETag         string       `json:"upstreamETag,omitempty"`
+	UpstreamLastModified string       `json:"upstreamLastModified,omitempty"`
+	OlderThanMinimum     bool         `json:"olderThanMinimum"`
+	Files                []FileStatus `json:"files"`
+}
+
+// FileStatus is one published file.
+type FileStatus struct {
+	Name         string    `json:"name"`
+	URL          string    `json:"url"`
+	Digest       string    `json:"digest"`
+	Size         int64     `json:"size"`
+	LastModified time.Time `json:"lastModified"`
+}
+
+// Statuses lists every set in config order.
+func (m *Manager) Statuses() []Status {
+	out := make([]Status, 0, len(m.order))
+	for _, name := range m.order {
+		out = append(out, m.status(m.sets[name]))
+	}
+	return out
+}
+
+func (m *Manager) status(s *set) Status {
+	state, err := s.state()
+	st := Status{Set: s.cfg.Set, Source: s.cfg.URL, State: state, Files: []FileStatus{}}
+	if err != nil {
+		st.Message = err.Error()
+	}
+	s.mu.Lock()
+	st.OlderThanMinimum = s.tooOld
+	if !s.nextCheck.IsZero() {
+		next := s.nextCheck
+		st.NextCheck = &next
+	}
+	s.mu.Unlock()
+	if v := s.current.Load(); v != nil {
+		st.Version = v.Version
+		st.PublishedAt, st.CheckedAt = &v.PublishedAt, &v.CheckedAt
+		st.UpstreamETag, st.UpstreamLastModified = v.Source.ETag, v.Source.LastModified
+		for _, name := range sortedNames(v.Files) {
+			f := v.Files[name]
+			st.Files = append(st.Files, FileStatus{Name: name, URL: "/files/" + s.cfg.Set + "/" + name, Digest: f.Digest, Size: f.Size, LastModified: f.LastModified})
+		}
+	}
+	return st
+}
