@@ -33,6 +33,7 @@ when the upstream is down.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServeCommand(), newVersionCommand())
+	root.AddCommand(newFetchCommand())
 	return root
 }
 
