@@ -70,7 +70,7 @@ func (m *Manager) loop(ctx context.Context, s *set) {
 			retry = firstRetry
 		}
 		s.mu.Lock()
-		s.nextCheck = time.Now().Add(wait).UTC()
+		s.nextCheck = time.Now().Add(wait).UTC().Truncate(time.Second)
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -95,7 +95,7 @@ type Status struct {
 	Set                  string       `json:"set"`
 	Source               string       `json:"source"`
 	State                State        `json:"state"`
-	Message              string       `json:"message,omitempty"`
+	Message              string       `json:"message"`
 	Version              int          `json:"version"`
 	PublishedAt          *time.Time   `json:"publishedAt,omitempty"`
 	CheckedAt            *time.Time   `json:"checkedAt,omitempty"`

@@ -147,9 +147,19 @@ func (m *Manager) publish(s *set, cur *store.SetVersion, src store.SetSource, fi
 	for _, f := range files {
 		sf := store.SetFile{Digest: f.Digest, Size: f.Size, LastModified: modified}
 		if cur != nil {
-			if old, ok := cur.Files[f.Name]; ok && old.Digest == f.Digest {
+			old, ok := cur.Files[f.Name]
+			switch {
+			case ok && old.Digest == f.Digest:
 				sf.LastModified = old.LastModified
-			} else {
+			case ok && !sf.LastModified.After(old.LastModified):
+				// New content under a date that is not newer (reproducible builds stamp every build alike):
+				// a client asking If-Modified-Since would keep the old bytes, so the date must move.
+				sf.LastModified = now
+				if !now.After(old.LastModified) {
+					sf.LastModified = old.LastModified.Add(time.Second)
+				}
+				changed = true
+			default:
 				changed = true
 			}
 		}

@@ -75,12 +75,21 @@ func TestPublishKeepsLastModifiedOfUnchangedFiles(t *testing.T) {
 	if v3.Version != 2 || !v3.Files["k"].LastModified.Equal(want) || !v3.Files["i"].LastModified.Equal(want.Add(24*time.Hour)) {
 		t.Fatalf("after a change: %+v", v3)
 	}
+	// New content stamped with the same date as before (reproducible builds): the date still moves, or a
+	// client asking If-Modified-Since would keep the old bytes.
+	i4 := "sha256:" + strings.Repeat("4", 64)
+	m.publish(s, v3, touched, []Published{{Name: "k", Digest: k1}, {Name: "i", Digest: i4}})
+	v4 := s.current.Load()
+	if v4.Version != 3 || !v4.Files["i"].LastModified.After(v3.Files["i"].LastModified) {
+		t.Fatalf("changed content kept its Last-Modified: %v -> %v", v3.Files["i"].LastModified, v4.Files["i"].LastModified)
+	}
+	v3 = v4
 	// It survives a restart.
 	again, err := NewManager(m.store, []config.FileSet{s.cfg}, nil, nil, m.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := again.sets["ipa"].current.Load(); got.Version != 2 || got.Files["i"].Digest != i2 {
+	if got := again.sets["ipa"].current.Load(); got.Version != 3 || got.Files["i"].Digest != i4 {
 		t.Fatalf("after restart: %+v", got)
 	}
 }

@@ -1,0 +1,376 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const fetchTarballPath = "/ipa-centos9-master.tar.gz"
+
+// fetchRun is one `imagecache fetch` process, as an init container would run it.
+type fetchRun struct {
+	code           int
+	stdout, stderr string
+}
+
+// runFetch runs `imagecache fetch` with SHARED_DIR=sharedDir, the extra env (KEY=VALUE) and args, and no
+// proxy or IPA settings from the test's own environment.
+func runFetch(t *testing.T, sharedDir string, env []string, args ...string) fetchRun {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), buildImagecache(t), append([]string{"fetch"}, args...)...)
+	// The test's own IPA_* (or FILENAME) would change what is downloaded.
+	for _, kv := range cleanEnv() {
+		if !strings.HasPrefix(kv, "IPA_") && !strings.HasPrefix(kv, "FILENAME=") && !strings.HasPrefix(kv, "SHARED_DIR=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, "SHARED_DIR="+sharedDir), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := fetchRun{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		r.code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("imagecache fetch: %v", err)
+	}
+	t.Logf("imagecache fetch %s (env %q): exit %d in %v", strings.Join(args, " "), env, r.code, time.Since(start).Round(time.Millisecond))
+	return r
+}
+
+func (r fetchRun) wantExit(t *testing.T, code int, what string) {
+	t.Helper()
+	if (code == 0) != (r.code == 0) {
+		t.Fatalf("%s: exit %d, want %s; stderr:\n%s", what, r.code, map[bool]string{true: "0", false: "non-zero"}[code == 0], r.stderr)
+	}
+}
+
+// lastLine is the line the user reads first when the command fails: main prints the error last.
+func (r fetchRun) lastLine() string {
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	return lines[len(lines)-1]
+}
+
+func fetchImagesDir(sharedDir string) string { return filepath.Join(sharedDir, "html", "images") }
+
+// assertFetched checks the metal3 layout: the kernel and initramfs under their fixed names, byte-exact.
+func assertFetched(t *testing.T, sharedDir, dest string, ipa ipaTarball) {
+	t.Helper()
+	for ext, want := range map[string][]byte{".kernel": ipa.Kernel, ".initramfs": ipa.Initramfs} {
+		p := filepath.Join(fetchImagesDir(sharedDir), dest+ext)
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: %d bytes with sha256 %s, want %d bytes with sha256 %s", p, len(got), sha256Hex(got), len(want), sha256Hex(want))
+		}
+	}
+}
+
+// assertNoFetchTemps checks that nothing but the published files and the state file is left behind.
+func assertNoFetchTemps(t *testing.T, sharedDir string) {
+	t.Helper()
+	ents, _ := os.ReadDir(fetchImagesDir(sharedDir))
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("temp file %s left behind", e.Name())
+		}
+	}
+}
+
+func fetchServeIPA(t *testing.T, path string) (*fileServer, ipaTarball) {
+	t.Helper()
+	srv := startFileServer(t)
+	ipa := newIPATarball(t)
+	srv.Set(path, ipa.Tgz, time.Now().Add(-time.Hour).Truncate(time.Second))
+	return srv, ipa
+}
+
+func TestFetchConditionalRefresh(t *testing.T) {
+	t.Parallel()
+	srv, ipa := fetchServeIPA(t, fetchTarballPath)
+	shared := t.TempDir()
+	env := []string{"IPA_BASEURI=" + srv.URL}
+
+	runFetch(t, shared, env).wantExit(t, 0, "first run")
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+	assertNoFetchTemps(t, shared)
+	state := readFetchState(t, shared, ".ironic-python-agent.imagecache.json")
+	if len(state.Sources) != 1 || state.Sources[0].ETag != `"`+sha256Hex(ipa.Tgz)+`"` || state.Sources[0].Digest != "sha256:"+sha256Hex(ipa.Tgz) {
+		t.Errorf("state after the first run: %+v, want the tarball's ETag and digest", state)
+	}
+
+	second := runFetch(t, shared, env)
+	second.wantExit(t, 0, "second run, unchanged tarball")
+	reqs := srv.Requests(fetchTarballPath)
+	if len(reqs) != 2 {
+		t.Fatalf("the server saw %d requests, want 2: %+v", len(reqs), reqs)
+	}
+	r := reqs[1]
+	if r.IfNoneMatch != `"`+sha256Hex(ipa.Tgz)+`"` || r.IfModifiedSince == "" || r.Status != http.StatusNotModified || r.BodyBytes != 0 {
+		t.Errorf("second request %+v, want If-None-Match with the ETag, If-Modified-Since, 304 and no body", r)
+	}
+	if !strings.Contains(second.stderr, `"result":"not modified"`) {
+		t.Errorf("the second run's summary does not say not modified:\n%s", second.stderr)
+	}
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+
+	next := newIPATarball(t)
+	srv.Set(fetchTarballPath, next.Tgz, time.Now().Truncate(time.Second))
+	third := runFetch(t, shared, env)
+	third.wantExit(t, 0, "third run, new tarball")
+	assertFetched(t, shared, "ironic-python-agent", next)
+	assertNoFetchTemps(t, shared)
+	if reqs := srv.Requests(fetchTarballPath); reqs[2].Status != http.StatusOK || reqs[2].BodyBytes != int64(len(next.Tgz)) {
+		t.Errorf("third request %+v, want a 200 with the whole new tarball", reqs[2])
+	}
+	if !strings.Contains(third.stderr, `"result":"downloaded"`) || !strings.Contains(third.stderr, "sha256:"+sha256Hex(next.Kernel)) {
+		t.Errorf("the third run's summary does not name the new kernel's digest:\n%s", third.stderr)
+	}
+}
+
+func readFetchState(t *testing.T, sharedDir, name string) (st struct {
+	Sources []struct{ URL, ETag, LastModified, Digest string }
+	Files   []struct {
+		Name, Digest string
+		Size         int64
+	}
+}) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fetchImagesDir(sharedDir), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, b)
+	}
+	return st
+}
+
+func TestFetchBranchWithSlash(t *testing.T) {
+	t.Parallel()
+	srv, ipa := fetchServeIPA(t, "/ipa-centos9-stable-2025.1.tar.gz")
+	shared := t.TempDir()
+	runFetch(t, shared, []string{"IPA_BASEURI=" + srv.URL, "IPA_BRANCH=stable/2025.1"}).wantExit(t, 0, "IPA_BRANCH=stable/2025.1")
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+
+	// A flag overrides the environment, and FILENAME (the old name) is read when IPA_FILENAME is not set.
+	srv.Set("/custom.tar.gz", ipa.Tgz, time.Now())
+	runFetch(t, t.TempDir(), []string{"IPA_BASEURI=http://127.0.0.1:1", "FILENAME=custom.tar.gz"}, "--base-uri", srv.URL).wantExit(t, 0, "FILENAME and --base-uri")
+	if n := len(srv.Requests("/custom.tar.gz")); n != 1 {
+		t.Errorf("FILENAME=custom.tar.gz: %d requests for it, want 1; all: %+v", n, srv.Requests(""))
+	}
+}
+
+func TestFetchArch(t *testing.T) {
+	t.Parallel()
+	srv, ipa := fetchServeIPA(t, fetchTarballPath)
+	shared := t.TempDir()
+	runFetch(t, shared, []string{"IPA_BASEURI=" + srv.URL, "IPA_ARCH=aarch64"}).wantExit(t, 0, "IPA_ARCH=aarch64")
+	assertFetched(t, shared, "ironic-python-agent_aarch64", ipa)
+	if _, err := os.Stat(filepath.Join(fetchImagesDir(shared), "ironic-python-agent.kernel")); err == nil {
+		t.Error("IPA_ARCH=aarch64 also wrote ironic-python-agent.kernel")
+	}
+	readFetchState(t, shared, ".ironic-python-agent_aarch64.imagecache.json")
+}
+
+func TestFetchUpstreamDownKeepsCopy(t *testing.T) {
+	t.Parallel()
+	srv, ipa := fetchServeIPA(t, fetchTarballPath)
+	shared := t.TempDir()
+	env := []string{"IPA_BASEURI=" + srv.URL}
+	runFetch(t, shared, env).wantExit(t, 0, "first run")
+	srv.Stop()
+	r := runFetch(t, shared, env)
+	r.wantExit(t, 0, "upstream stopped, earlier copy present")
+	if !strings.Contains(r.stderr, "upstream unreachable, keeping the existing copy from ") || !strings.Contains(r.stderr, `"level":"WARN"`) {
+		t.Errorf("no warning about keeping the existing copy:\n%s", r.stderr)
+	}
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+}
+
+func TestFetchUpstreamDownNoCopy(t *testing.T) {
+	t.Parallel()
+	srv := startFileServer(t)
+	srv.Stop()
+	shared := t.TempDir()
+	r := runFetch(t, shared, []string{"IPA_BASEURI=" + srv.URL}, "--timeout", "5s")
+	r.wantExit(t, 1, "upstream stopped, no copy")
+	line := r.lastLine()
+	for _, want := range []string{srv.URL + fetchTarballPath, "no earlier copy", "reachable", "HTTP_PROXY"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the error line does not mention %q:\n%s", want, line)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(fetchImagesDir(shared), "ironic-python-agent.kernel")); err == nil {
+		t.Error("a kernel was published")
+	}
+}
+
+func TestFetchNotFound(t *testing.T) {
+	t.Parallel()
+	srv, _ := fetchServeIPA(t, fetchTarballPath)
+	shared := t.TempDir()
+	runFetch(t, shared, []string{"IPA_BASEURI=" + srv.URL}).wantExit(t, 0, "first run")
+	// A 404 is a wrong branch or flavor, not an outage: keeping the old copy silently would hide the mistake.
+	r := runFetch(t, shared, []string{"IPA_BASEURI=" + srv.URL, "IPA_FLAVOR=nosuch"})
+	r.wantExit(t, 1, "404")
+	if line := r.lastLine(); !strings.Contains(line, "404") || !strings.Contains(line, "IPA_FLAVOR") || !strings.Contains(line, "left as they were") {
+		t.Errorf("the error line does not say 404, what to check and that the files were kept:\n%s", line)
+	}
+}
+
+func TestFetchChecksumMismatch(t *testing.T) {
+	t.Parallel()
+	srv, ipa := fetchServeIPA(t, fetchTarballPath)
+	shared := t.TempDir()
+	env := []string{"IPA_BASEURI=" + srv.URL}
+	runFetch(t, shared, env, "--sha256", sha256Hex(ipa.Tgz)).wantExit(t, 0, "right --sha256")
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+
+	srv.Set(fetchTarballPath, newIPATarball(t).Tgz, time.Now().Truncate(time.Second))
+	r := runFetch(t, shared, env, "--sha256", sha256Hex(ipa.Tgz))
+	r.wantExit(t, 1, "changed tarball, old --sha256")
+	if line := r.lastLine(); !strings.Contains(line, "checksum mismatch") || !strings.Contains(line, "--sha256") {
+		t.Errorf("the error line does not say checksum mismatch and what to check:\n%s", line)
+	}
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+	assertNoFetchTemps(t, shared)
+
+	// --checksum-url: a sha256sum file naming the tarball.
+	srv.Set("/ipa-centos9-master.tar.gz.sha256", []byte(sha256sumLine(ipa.Tgz, "ipa-centos9-master.tar.gz")), time.Now())
+	r = runFetch(t, shared, env, "--checksum-url", srv.URL+"/ipa-centos9-master.tar.gz.sha256")
+	r.wantExit(t, 1, "changed tarball, old --checksum-url")
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+}
+
+func TestFetchBadTarball(t *testing.T) {
+	t.Parallel()
+	srv := startFileServer(t)
+	for _, bad := range badIPATarballs(t) {
+		t.Run(bad.Name, func(t *testing.T) {
+			srv.Set(fetchTarballPath, bad.Tgz, time.Now())
+			shared := t.TempDir()
+			r := runFetch(t, shared, []string{"IPA_BASEURI=" + srv.URL})
+			r.wantExit(t, 1, bad.Name)
+			if !fetchMentions(r.lastLine(), bad.Mention) {
+				t.Errorf("the error line mentions none of %q:\n%s", bad.Mention, r.lastLine())
+			}
+			ents, _ := os.ReadDir(fetchImagesDir(shared))
+			for _, e := range ents {
+				t.Errorf("%s left %s", bad.Name, e.Name())
+			}
+		})
+	}
+}
+
+func TestFetchNoKernelMember(t *testing.T) {
+	t.Parallel()
+	srv := startFileServer(t)
+	srv.Set(fetchTarballPath, tarGz(t, tarEntry{Name: ipaInitramfsMember, Body: randomBytes(t, 4096)}), time.Now())
+	r := runFetch(t, t.TempDir(), []string{"IPA_BASEURI=" + srv.URL})
+	r.wantExit(t, 1, "no *.kernel member")
+	if line := r.lastLine(); !strings.Contains(line, `extract rule from="*.kernel" matched no member`) || !strings.Contains(line, ipaInitramfsMember) {
+		t.Errorf("the error line does not name the rule and the members there are:\n%s", line)
+	}
+}
+
+func fetchMentions(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(strings.ToLower(s), strings.ToLower(sub)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFetchThroughProxy addresses the file server by a name that is not loopback (Go never proxies
+// localhost or 127.0.0.1), so the request goes to HTTP_PROXY in absolute form and the proxy forwards it.
+func TestFetchThroughProxy(t *testing.T) {
+	t.Parallel()
+	srv, ipa := fetchServeIPA(t, fetchTarballPath)
+	_, port, _ := strings.Cut(srv.Addr, ":")
+	host := "ipa.test:" + port
+	var proxied atomic.Int64
+	forward := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.Out.URL.Scheme, pr.Out.URL.Host = "http", srv.Addr
+	}}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Host != host {
+			http.Error(w, fmt.Sprintf("this proxy only forwards to %s, not %q", host, r.URL.Host), http.StatusBadGateway)
+			return
+		}
+		proxied.Add(1)
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+
+	shared := t.TempDir()
+	runFetch(t, shared, []string{"IPA_BASEURI=http://" + host, "HTTP_PROXY=" + proxy.URL}).wantExit(t, 0, "through HTTP_PROXY")
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+	if proxied.Load() != 1 {
+		t.Errorf("the proxy forwarded %d requests, want 1", proxied.Load())
+	}
+	// NO_PROXY wins: without the proxy, ipa.test does not resolve and the run fails.
+	r := runFetch(t, t.TempDir(), []string{"IPA_BASEURI=http://" + host, "http_proxy=" + proxy.URL, "no_proxy=ipa.test"}, "--timeout", "5s")
+	r.wantExit(t, 1, "NO_PROXY=ipa.test")
+	if proxied.Load() != 1 {
+		t.Errorf("the proxy was used although NO_PROXY names the host")
+	}
+}
+
+// TestFetchFromImagecache takes the files from a cache's file set instead of the tarball.
+func TestFetchFromImagecache(t *testing.T) {
+	t.Parallel()
+	srv, ipa := fetchServeIPA(t, fetchTarballPath)
+	cache := startImagecache(t, fmt.Sprintf(`files:
+  - set: ipa
+    url: %s%s
+    extract:
+      - {from: "*.kernel", to: ironic-python-agent.kernel}
+      - {from: "*.initramfs", to: ironic-python-agent.initramfs}
+`, srv.URL, fetchTarballPath))
+	from := cache.URL + "/files/ipa"
+	waitFor(t, 30*time.Second, "the cache serves "+from+"/ironic-python-agent.kernel", func() error {
+		resp, err := http.Get(from + "/ironic-python-agent.kernel")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
+
+	shared := t.TempDir()
+	// IPA_BRANCH from the old init container's environment must not matter with --from.
+	runFetch(t, shared, []string{"IPA_BRANCH=stable/2025.1"}, "--from", from).wantExit(t, 0, "--from the cache")
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+	state := readFetchState(t, shared, ".ironic-python-agent.imagecache.json")
+	if len(state.Sources) != 2 || state.Sources[0].URL != from+"/ironic-python-agent.kernel" {
+		t.Errorf("state %+v, want one source per file", state)
+	}
+	r := runFetch(t, shared, nil, "--from", from)
+	r.wantExit(t, 0, "--from the cache, again")
+	if !strings.Contains(r.stderr, `"result":"not modified"`) {
+		t.Errorf("the second run from the cache was not answered 304:\n%s", r.stderr)
+	}
+	assertFetched(t, shared, "ironic-python-agent", ipa)
+}
