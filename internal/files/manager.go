@@ -27,12 +27,13 @@ type Manager struct {
 	log     *slog.Logger
 	sets    map[string]*set
 	order   []string
+	grace   time.Duration // before replaced files are removed
 }
 
 // NewManager loads the published version of each set from the store, so that serving starts at once,
 // before any refresh.
 func NewManager(st *store.Store, sets []config.FileSet, images Images, upstreams []config.Upstream, log *slog.Logger) (*Manager, error) {
-	m := &Manager{store: st, fetcher: &Fetcher{}, images: images, hosts: upstreams, log: log, sets: map[string]*set{}}
+	m := &Manager{store: st, fetcher: &Fetcher{}, images: images, hosts: upstreams, log: log, sets: map[string]*set{}, grace: DefaultGrace}
 	for _, cfg := range sets {
 		s := newSet(cfg)
 		v, err := st.Set(cfg.Set)

@@ -84,7 +84,11 @@ func (m *Manager) attempt(ctx context.Context, s *set) error {
 		return m.attemptOCI(ctx, s, cur)
 	}
 	cond := s.conditional(cur)
-	dl, err := m.fetcher.Fetch(ctx, Source{URL: s.cfg.URL, SHA256: s.cfg.SHA256, ChecksumURL: s.cfg.ChecksumURL, Extract: s.cfg.Extract}, cond, storeSink{m.store})
+	sink := &storeSink{st: m.store}
+	// Whatever this attempt wrote and did not publish, and whatever the version it replaces used, goes once
+	// nothing refers to it any more.
+	defer func() { m.collectLater(append(sink.written, digests(cur)...)) }()
+	dl, err := m.fetcher.Fetch(ctx, Source{URL: s.cfg.URL, SHA256: s.cfg.SHA256, ChecksumURL: s.cfg.ChecksumURL, Extract: s.cfg.Extract}, cond, sink)
 	if err != nil {
 		return err
 	}

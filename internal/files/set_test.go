@@ -160,3 +160,32 @@ func TestPickArchitecture(t *testing.T) {
 	}
 }
 
+
+func TestReplacedVersionsAreRemoved(t *testing.T) {
+	m := newTestManager(t, config.FileSet{Set: "a", URL: "http://x/a"}, config.FileSet{Set: "b", URL: "http://x/b"})
+	m.grace = 0
+	put := func(content string) string {
+		w, _ := m.store.NewWriter("", -1)
+		w.Write([]byte(content))
+		if err := w.Commit(""); err != nil {
+			t.Fatal(err)
+		}
+		return w.Digest()
+	}
+	old, shared, image, fresh := put("old kernel"), put("shared initramfs"), put("an image layer"), put("new kernel")
+	m.store.Link("upstream.test", "team/app", image)
+	m.publish(m.sets["b"], nil, store.SetSource{}, []Published{{Name: "i", Digest: shared}})
+	m.publish(m.sets["a"], nil, store.SetSource{}, []Published{{Name: "k", Digest: old}, {Name: "i", Digest: shared}})
+	v1 := m.sets["a"].current.Load()
+	m.publish(m.sets["a"], v1, store.SetSource{}, []Published{{Name: "k", Digest: fresh}})
+
+	m.collect([]string{old, shared, image, fresh, old})
+	if _, err := m.store.Stat(old); err == nil {
+		t.Error("the replaced kernel is still stored")
+	}
+	for what, d := range map[string]string{"still used by set b": shared, "image content": image, "published": fresh} {
+		if _, err := m.store.Stat(d); err != nil {
+			t.Errorf("content %s was removed: %v", what, err)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -123,3 +125,22 @@ func (s *Store) Stat(digest string) (Object, error) {
 func (s *Store) forget(digest string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketObjects).Delete([]byte(digest)) })
 }
+
+// LinkedAnywhere reports whether digest was pulled under any repository: then it is image content, whose
+// lifetime is the images', not a file set's.
+func (s *Store) LinkedAnywhere(digest string) bool {
+	found := false
+	suffix := []byte("\x00" + digest)
+	s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketLinks).ForEach(func(k, _ []byte) error {
+			if bytes.HasSuffix(k, suffix) {
+				found = true
+				return errStop
+			}
+			return nil
+		})
+	})
+	return found
+}
+
+var errStop = errors.New("stop")

@@ -168,3 +168,19 @@ func (w *Writer) Abort() {
 	w.f.Close()
 	os.Remove(w.f.Name())
 }
+
+// Remove deletes an object: first its index record, so that nobody starts reading it, then its file.
+// Readers that already opened the file keep reading it (the inode lives until they close it).
+func (s *Store) Remove(dgst string) error {
+	path, err := s.blobPath(dgst)
+	if err != nil {
+		return err
+	}
+	if err := s.forget(dgst); err != nil {
+		return fmt.Errorf("remove %s: %w", dgst, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", dgst, err)
+	}
+	return nil
+}
