@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"fmt"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ var (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketObjects, bucketTags, bucketLinks, bucketDocs, bucketSets} {
+	for _, b := range [][]byte{bucketObjects, bucketTags, bucketLinks, bucketDocs, bucketSets, bucketAtimes, bucketPins} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
@@ -122,8 +123,24 @@ func (s *Store) Stat(digest string) (Object, error) {
 	return get[Object](s, bucketObjects, []byte(digest))
 }
 
+// forget drops the index record of digest and takes its size off the totals.
 func (s *Store) forget(digest string) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketObjects).Delete([]byte(digest)) })
+	var gone Object
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketObjects)
+		raw := b.Get([]byte(digest))
+		if raw == nil {
+			return nil
+		}
+		if err := json.Unmarshal(raw, &gone); err != nil {
+			return err
+		}
+		return b.Delete([]byte(digest))
+	})
+	if err == nil && gone.Digest != "" {
+		s.usage.add(-gone.Size, -1)
+	}
+	return err
 }
 
 // LinkedAnywhere reports whether digest was pulled under any repository: then it is image content, whose
@@ -144,3 +161,56 @@ func (s *Store) LinkedAnywhere(digest string) bool {
 }
 
 var errStop = errors.New("stop")
+
+func formatUnix(t int64) string { return strconv.FormatInt(t, 10) }
+
+func parseUnix(b []byte) int64 {
+	n, _ := strconv.ParseInt(string(b), 10, 64)
+	return n
+}
+
+// TagRef names a tag record.
+type TagRef struct{ Upstream, Repository, Tag string }
+
+// ForEachTag calls f for every tag record.
+func (s *Store) ForEachTag(f func(TagRef, Tag) error) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTags).ForEach(func(k, v []byte) error {
+			parts := strings.SplitN(string(k), "\x00", 3)
+			if len(parts) != 3 {
+				return nil
+			}
+			var t Tag
+			if err := json.Unmarshal(v, &t); err != nil {
+				return err
+			}
+			return f(TagRef{parts[0], parts[1], parts[2]}, t)
+		})
+	})
+}
+
+// DeleteTag removes a tag record.
+func (s *Store) DeleteTag(r TagRef) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTags).Delete(key(r.Upstream, r.Repository, r.Tag)) })
+}
+
+// Unlink removes every repository link of digest (its content is gone).
+func (s *Store) Unlink(digest string) error {
+	suffix := []byte("\x00" + digest)
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLinks)
+		var gone [][]byte
+		b.ForEach(func(k, _ []byte) error {
+			if bytes.HasSuffix(k, suffix) {
+				gone = append(gone, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		for _, k := range gone {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

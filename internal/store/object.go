@@ -157,7 +157,7 @@ func (w *Writer) commit(mediaType string) error {
 		return fmt.Errorf("store %s: %w", w.digest, err)
 	}
 	obj := Object{Digest: string(w.digest), Size: w.n, MediaType: mediaType, StoredAt: time.Now().UTC()}
-	if err := put(w.s, bucketObjects, []byte(obj.Digest), obj); err != nil {
+	if err := w.s.index(obj); err != nil {
 		return fmt.Errorf("index %s: %w", w.digest, err)
 	}
 	return nil

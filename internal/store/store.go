@@ -32,8 +32,10 @@ var digestPattern = regexp.MustCompile(`^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{12
 
 // Store is a content-addressed object store with a bbolt index. It is safe for concurrent use.
 type Store struct {
-	root string
-	db   *bolt.DB
+	root  string
+	db    *bolt.DB
+	usage usage
+	atime atimes
 }
 
 // Open opens (creating if needed) the store at root. It removes temp files left by a previous process, which
@@ -62,11 +64,19 @@ func Open(root string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open index %s: %w", dbPath, err)
 	}
-	return &Store{root: root, db: db}, nil
+	s := &Store{root: root, db: db}
+	if err := s.loadUsage(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open index %s: %w", dbPath, err)
+	}
+	return s, nil
 }
 
-// Close closes the index.
-func (s *Store) Close() error { return s.db.Close() }
+// Close writes pending access times and closes the index.
+func (s *Store) Close() error {
+	s.FlushAccessTimes()
+	return s.db.Close()
+}
 
 // Root is the storage path.
 func (s *Store) Root() string { return s.root }

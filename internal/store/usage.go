@@ -1,0 +1,148 @@
+package store
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// usage keeps the totals of what is stored, so that checking the size limit costs nothing per request.
+type usage struct {
+	mu      sync.Mutex
+	bytes   int64
+	objects int64
+	onGrow  func(bytes int64)
+}
+
+func (u *usage) add(bytes, objects int64) {
+	u.mu.Lock()
+	u.bytes += bytes
+	u.objects += objects
+	total, hook := u.bytes, u.onGrow
+	u.mu.Unlock()
+	if bytes > 0 && hook != nil {
+		hook(total)
+	}
+}
+
+// Usage returns the bytes and number of objects stored.
+func (s *Store) Usage() (bytes, objects int64) {
+	s.usage.mu.Lock()
+	defer s.usage.mu.Unlock()
+	return s.usage.bytes, s.usage.objects
+}
+
+// OnGrow sets a function called with the new total after every object stored (the eviction trigger). It
+// must not block.
+func (s *Store) OnGrow(f func(totalBytes int64)) {
+	s.usage.mu.Lock()
+	s.usage.onGrow = f
+	s.usage.mu.Unlock()
+}
+
+// index records a verified object and counts it.
+func (s *Store) index(obj Object) error {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	existed := false
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketObjects)
+		existed = b.Get([]byte(obj.Digest)) != nil
+		return b.Put([]byte(obj.Digest), raw)
+	})
+	if err == nil && !existed {
+		s.usage.add(obj.Size, 1)
+	}
+	return err
+}
+
+// loadUsage adds up the index once at start. It reads only the size field of each record, so that even a
+// large index opens quickly.
+func (s *Store) loadUsage() error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketObjects).ForEach(func(_, v []byte) error {
+			var o struct {
+				Size int64 `json:"size"`
+			}
+			if err := json.Unmarshal(v, &o); err != nil {
+				return err
+			}
+			s.usage.bytes += o.Size
+			s.usage.objects++
+			return nil
+		})
+	})
+}
+
+// ForEachObject calls f for every indexed object.
+func (s *Store) ForEachObject(f func(Object) error) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketObjects).ForEach(func(_, v []byte) error {
+			var o Object
+			if err := json.Unmarshal(v, &o); err != nil {
+				return err
+			}
+			return f(o)
+		})
+	})
+}
+
+var bucketAtimes = []byte("atimes") // digest -> last use, unix seconds as decimal text
+
+// atimes batches access times in memory: a hit must not cost an index write.
+type atimes struct {
+	mu      sync.Mutex
+	pending map[string]int64
+}
+
+// Touch records that digest was just used (served or checked).
+func (s *Store) Touch(digest string) {
+	now := time.Now().Unix()
+	s.atime.mu.Lock()
+	if s.atime.pending == nil {
+		s.atime.pending = map[string]int64{}
+	}
+	s.atime.pending[digest] = now
+	s.atime.mu.Unlock()
+}
+
+// FlushAccessTimes writes the batched access times in one transaction.
+func (s *Store) FlushAccessTimes() error {
+	s.atime.mu.Lock()
+	batch := s.atime.pending
+	s.atime.pending = nil
+	s.atime.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAtimes)
+		for d, t := range batch {
+			if err := b.Put([]byte(d), []byte(formatUnix(t))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// AccessTimes returns the last use of every object that has one (flushed or pending).
+func (s *Store) AccessTimes() (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAtimes).ForEach(func(k, v []byte) error {
+			out[string(k)] = time.Unix(parseUnix(v), 0)
+			return nil
+		})
+	})
+	s.atime.mu.Lock()
+	for d, t := range s.atime.pending {
+		out[d] = time.Unix(t, 0)
+	}
+	s.atime.mu.Unlock()
+	return out, err
+}
