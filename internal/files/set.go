@@ -190,5 +190,3 @@ func (m *Manager) publish(s *set, cur *store.SetVersion, src store.SetSource, fi
 	}
 	return nil
 }
-
-

@@ -160,7 +160,6 @@ func TestPickArchitecture(t *testing.T) {
 	}
 }
 
-
 func TestReplacedVersionsAreRemoved(t *testing.T) {
 	m := newTestManager(t, config.FileSet{Set: "a", URL: "http://x/a"}, config.FileSet{Set: "b", URL: "http://x/b"})
 	m.grace = 0

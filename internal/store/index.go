@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 

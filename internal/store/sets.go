@@ -39,7 +39,9 @@ type SetSource struct {
 }
 
 // Set returns the published version of the set, or ErrNotFound.
-func (s *Store) Set(name string) (SetVersion, error) { return get[SetVersion](s, bucketSets, []byte(name)) }
+func (s *Store) Set(name string) (SetVersion, error) {
+	return get[SetVersion](s, bucketSets, []byte(name))
+}
 
 // PutSet publishes v as the set's version.
 func (s *Store) PutSet(name string, v SetVersion) error {

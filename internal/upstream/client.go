@@ -28,8 +28,8 @@ type Client struct {
 	name   string
 	scheme string // http or https, exactly as configured
 	reg    name.Registry
-	auth authn.Authenticator
-	base http.RoundTripper
+	auth   authn.Authenticator
+	base   http.RoundTripper
 
 	mu         sync.Mutex
 	transports map[string]http.RoundTripper // authenticated transport per repository (token scopes are per repository)

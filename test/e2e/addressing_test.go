@@ -428,7 +428,6 @@ func (rt *nsTransport) mismatches() []string {
 	return slices.Clone(rt.wrong)
 }
 
-
 func tagsOf(t testing.TB, a answer) []string {
 	t.Helper()
 	var l struct {
