@@ -33,7 +33,9 @@ when the upstream is down.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServeCommand(), newVersionCommand())
+	root.AddCommand(newGCCommand())
 	root.AddCommand(newFetchCommand())
+	root.AddCommand(newVerifyCommand())
 	return root
 }
 

@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"imagecache.io/imagecache/internal/admin"
 	"imagecache.io/imagecache/internal/cache"
 	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/eviction"
 	"imagecache.io/imagecache/internal/files"
 	"imagecache.io/imagecache/internal/metrics"
 	"imagecache.io/imagecache/internal/reference"
@@ -88,9 +90,6 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Storage.MaxSize > 0 || cfg.Storage.MaxObjectSize > 0 {
-		log.Warn("storage.maxSize and storage.maxObjectSize are not enforced by this version yet: the cache grows without bound; watch the disk")
-	}
 	st, err := store.Open(cfg.Storage.Path)
 	if err != nil {
 		return err
@@ -109,6 +108,12 @@ func serve(ctx context.Context, o serveOptions) error {
 		routes = append(routes, reference.Upstream{Name: u.Name, Aliases: u.Aliases, Default: u.Default, DockerHub: isDockerHub(u)})
 	}
 	c := cache.New(st, clients, cfg.Rules(), log)
+	evictor := eviction.New(st, cfg.Storage.MaxSize, cfg.Storage.LowWatermark, log)
+	c.MaxObjectSize, c.StorageFull = cfg.Storage.MaxObjectSize, evictor.Kick
+	if err := st.SetPins("config", configPins(cfg)); err != nil {
+		return err
+	}
+	observeStorage(m, st, evictor, cfg.Storage.MaxSize)
 	m.GaugeFunc("imagecache_downloads_in_flight", "Blob downloads from upstreams in progress.", func() float64 { return float64(c.DownloadsInFlight()) })
 	sets, err := files.NewManager(st, cfg.Files, c, cfg.Upstreams, log)
 	if err != nil {
@@ -117,12 +122,14 @@ func serve(ctx context.Context, o serveOptions) error {
 	api := http.NewServeMux()
 	api.HandleFunc("/api/v1/sets", sets.ServeAPI)
 	api.HandleFunc("/api/v1/sets/", sets.ServeAPI)
+	api.Handle("/api/v1/gc", admin.GC(evictor))
+	api.Handle("/api/v1/verify", admin.Verify(st))
 	handler := server.Handler(server.Routes{
 		Registry: registry.New(c, reference.NewRouter(routes), log, m.ObserveRequest),
 		Files:    sets,
 		API:      api,
 		Metrics:  promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
-		Ready:    func() error { return nil },
+		Ready:    func() ([]string, error) { return readiness(evictor, cfg.Storage.MaxSize) },
 	}, log, o.accessLog)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -135,6 +142,8 @@ func serve(ctx context.Context, o serveOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sets.Run(ctx)
+	evictor.Start(ctx)
+	go flushAccessTimes(ctx, st, log)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -190,4 +199,58 @@ func logStartup(log *slog.Logger, cfg *config.Config, addr string) {
 		"containerd", fmt.Sprintf(`/etc/containerd/certs.d/<registry>/hosts.toml: [host."http://%s"] capabilities = ["pull", "resolve"]`, addr),
 		"podman", fmt.Sprintf(`registries.conf: [[registry.mirror]] location = "%s/<registry>" insecure = true`, addr),
 		"docker", docker)
+}
+
+// configPins are what the config names: its pins, and every configured file set.
+func configPins(cfg *config.Config) []string {
+	pins := append([]string(nil), cfg.Pins...)
+	for _, f := range cfg.Files {
+		pins = append(pins, "files/"+f.Set)
+	}
+	return pins
+}
+
+// flushAccessTimes writes the batched last-use times now and then, and at shutdown.
+func flushAccessTimes(ctx context.Context, st *store.Store, log *slog.Logger) {
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := st.FlushAccessTimes(); err != nil {
+				log.Warn("write access times", "error", err)
+			}
+		}
+	}
+}
+
+// readiness keeps serving (ready) when pins alone exceed the limit, but says so.
+func readiness(e *eviction.Evictor, limit int64) ([]string, error) {
+	if pinned, over := e.PinStatus(); over {
+		return []string{fmt.Sprintf("pinned content (%d bytes) exceeds storage.maxSize (%d bytes): the store stays over its limit; raise maxSize or pin less", pinned, limit)}, nil
+	}
+	return nil, nil
+}
+
+// observeStorage exports the store's figures as metrics.
+func observeStorage(m *metrics.Metrics, st *store.Store, e *eviction.Evictor, limit int64) {
+	m.GaugeFunc("imagecache_store_bytes", "Bytes of content stored.", func() float64 { b, _ := st.Usage(); return float64(b) })
+	m.GaugeFunc("imagecache_store_objects", "Objects (blobs and manifests) stored.", func() float64 { _, n := st.Usage(); return float64(n) })
+	m.CounterFunc("imagecache_corrupt_objects_total", "Stored objects found corrupt (on read or by verify) and moved aside.", func() float64 { return float64(st.CorruptFound()) })
+	m.GaugeFunc("imagecache_store_limit_bytes", "storage.maxSize; 0 when unbounded.", func() float64 { return float64(limit) })
+	m.GaugeFunc("imagecache_pinned_bytes", "Bytes of pinned content (as of the last eviction run).", func() float64 { b, _ := e.PinStatus(); return float64(b) })
+	m.GaugeFunc("imagecache_pinned_over_limit", "1 when pinned content alone exceeds storage.maxSize.", func() float64 {
+		if _, over := e.PinStatus(); over {
+			return 1
+		}
+		return 0
+	})
+	e.OnRun = func(p eviction.Plan) {
+		for _, u := range p.Evicted {
+			m.Evictions.WithLabelValues(u.Kind).Inc()
+			m.EvictedBytes.Add(float64(u.Bytes))
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 
 	"imagecache.io/imagecache/internal/policy"
@@ -37,6 +38,9 @@ func (c *Cache) Blob(ctx context.Context, up, repository, dgst string) (*Blob, e
 		return nil, err
 	}
 	if b, err := c.storedBlob(dgst, Hit); b != nil || err != nil {
+		if b != nil {
+			c.store.Touch(dgst)
+		}
 		return b, err
 	}
 	rule := c.rules.For(up, repository, "")
@@ -133,7 +137,9 @@ func (c *Cache) join(client *upstream.Client, repository, dgst string, rule poli
 func (c *Cache) download(d *download, w *store.Writer, client *upstream.Client, repository string, rule policy.Rule) {
 	what := fmt.Sprintf("fetch blob %s/%s@%s", client.Name(), repository, d.digest)
 	err := c.fetchBlob(d, w, client, repository, rule, what)
-	if err != nil {
+	if errors.Is(err, errPassedThrough) {
+		err = nil // served to every follower; the temp file goes with w.Abort
+	} else if err != nil {
 		w.Abort()
 		c.log.Warn("blob download failed", "upstream", client.Name(), "repository", repository, "digest", d.digest, "error", err)
 	} else {
@@ -151,6 +157,13 @@ func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client,
 		return upstreamFailure(what, err)
 	}
 	defer resp.Body.Close()
+	// Over maxObjectSize the blob still goes through the temp file, so concurrent clients share the one
+	// download, but it is never committed.
+	passThrough := c.MaxObjectSize > 0 && resp.Size > c.MaxObjectSize
+	if c.MaxObjectSize > 0 && resp.Size < 0 {
+		return upstreamFailure(what, &upstream.Error{Upstream: client.Name(), Op: "GET blob",
+			Err: fmt.Errorf("the upstream sent no Content-Length, so storage.maxObjectSize (%d) cannot be applied", c.MaxObjectSize)})
+	}
 	d.start(resp.Size)
 	buf := make([]byte, 256<<10)
 	for {
@@ -160,6 +173,10 @@ func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client,
 				return badUpstreamContent(what, fmt.Errorf("more than the announced %d bytes", resp.Size))
 			}
 			if _, err := w.Write(buf[:n]); err != nil {
+				if c.noSpace(err) {
+					return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
+						Message: fmt.Sprintf("%s: the cache's storage is full; eviction has started, retry shortly", what)}
+				}
 				return storeFailure(err)
 			}
 			d.progress(n)
@@ -175,10 +192,20 @@ func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client,
 		return upstreamFailure(what, &upstream.Error{Upstream: client.Name(), Op: "read blob body",
 			Err: fmt.Errorf("got %d of %d bytes", w.Written(), resp.Size)})
 	}
+	if passThrough {
+		// Too large to keep: it was verified on the way through (the last byte waited for this), then goes.
+		if err := w.Verify(); err != nil {
+			return badUpstreamContent(what, err)
+		}
+		w.Abort()
+		c.log.Info("streamed blob through without storing it (over storage.maxObjectSize)", "digest", d.digest, "size", w.Written(), "maxObjectSize", c.MaxObjectSize)
+		return errPassedThrough
+	}
 	if err := w.Commit(""); err != nil {
 		if errors.Is(err, store.ErrDigestMismatch) {
 			return badUpstreamContent(what, err)
 		}
+		c.noSpace(err)
 		return storeFailure(err)
 	}
 	if err := c.store.Link(client.Name(), repository, d.digest); err != nil {
@@ -186,3 +213,6 @@ func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client,
 	}
 	return nil
 }
+
+// errPassedThrough ends a download that was served but deliberately not stored.
+var errPassedThrough = errors.New("passed through")

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -42,6 +43,22 @@ type Cache struct {
 
 	mu        sync.Mutex
 	downloads map[string]*download // blob digest -> the one download in progress
+
+	// MaxObjectSize: blobs larger than this stream through to their clients and are not stored (0: no limit).
+	MaxObjectSize int64
+	// StorageFull is called when a write fails for lack of space (to start eviction); it must not block.
+	StorageFull func()
+}
+
+// noSpace reports a full disk (or quota) and asks for eviction.
+func (c *Cache) noSpace(err error) bool {
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return false
+	}
+	if c.StorageFull != nil {
+		c.StorageFull()
+	}
+	return true
 }
 
 // New makes a Cache over s that fetches from the given upstream clients, keyed by upstream name.

@@ -29,10 +29,16 @@ func (c *Cache) Manifest(ctx context.Context, up, repository, ref string) (*Mani
 	if err != nil {
 		return nil, err
 	}
+	var m *Manifest
 	if strings.Contains(ref, ":") {
-		return c.manifestByDigest(ctx, client, repository, ref)
+		m, err = c.manifestByDigest(ctx, client, repository, ref)
+	} else {
+		m, err = c.manifestByTag(ctx, client, repository, ref)
 	}
-	return c.manifestByTag(ctx, client, repository, ref)
+	if err == nil {
+		c.store.Touch(m.Digest) // a pull fetches its manifest: this is what keeps an image from eviction
+	}
+	return m, err
 }
 
 func (c *Cache) manifestByDigest(ctx context.Context, client *upstream.Client, repository, dgst string) (*Manifest, error) {
@@ -199,9 +205,14 @@ func (c *Cache) fetchManifest(ctx context.Context, client *upstream.Client, repo
 		mt = declaredMediaType(got.Body, mt)
 	}
 	if err := c.store.Put(dgst, mt, got.Body); err != nil {
+		if c.noSpace(err) {
+			// The client can still have what the upstream sent; it is just not kept this time.
+			c.log.Warn("storage full: serving manifest uncached", "digest", dgst, "error", err)
+			return &Manifest{Digest: dgst, MediaType: mt, Body: got.Body}, nil
+		}
 		return nil, storeFailure(err)
 	}
-	if err := c.store.Link(client.Name(), repository, dgst); err != nil {
+	if err := c.store.Link(client.Name(), repository, dgst); err != nil && !c.noSpace(err) {
 		return nil, storeFailure(err)
 	}
 	c.log.Info("fetched manifest", "upstream", client.Name(), "repository", repository, "ref", ref, "digest", dgst, "mediaType", mt, "size", len(got.Body))

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	yaml "sigs.k8s.io/yaml/goyaml.v3"
@@ -32,6 +34,8 @@ type Config struct {
 	Files []FileSet
 	// Proxy is nil when the proxy is off (no proxy section or no listen).
 	Proxy *Proxy
+	// Pins are references whose content is never evicted.
+	Pins []string
 }
 
 // Storage says where content lives and how much of it to keep.
@@ -40,6 +44,8 @@ type Storage struct {
 	// MaxSize and MaxObjectSize are bytes; 0 means unbounded.
 	MaxSize       int64
 	MaxObjectSize int64
+	// LowWatermark is the fraction of MaxSize eviction brings the store down to once MaxSize is passed.
+	LowWatermark float64
 }
 
 const (
@@ -62,7 +68,7 @@ func builtinPolicy() policy.Rule {
 func Default() *Config {
 	return &Config{
 		Listen:        defaultListen,
-		Storage:       Storage{Path: defaultStoragePath},
+		Storage:       Storage{Path: defaultStoragePath, LowWatermark: 0.9},
 		Upstreams:     DefaultUpstreams(),
 		DefaultPolicy: builtinPolicy(),
 	}
@@ -139,7 +145,7 @@ func parseDocument(data []byte, source string) (*yaml.Node, error) {
 // config fills cfg from the top-level mapping. defaultPolicy is read before
 // policies because every rule inherits from it, wherever it is in the file.
 func (d *decoder) config(root *yaml.Node, cfg *Config) {
-	m := d.mapping(root, "", "listen", "storage", "upstreams", "policies", "defaultPolicy", "files", "proxy")
+	m := d.mapping(root, "", "listen", "storage", "upstreams", "policies", "defaultPolicy", "files", "proxy", "pins")
 	if n, ok := m["listen"]; ok {
 		if s := d.address(n, "listen"); s != "" {
 			cfg.Listen = s
@@ -165,10 +171,29 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	if n, ok := m["proxy"]; ok {
 		cfg.Proxy = d.proxy(n, "proxy")
 	}
+	if n, ok := m["pins"]; ok {
+		cfg.Pins = d.pins(n, "pins")
+	}
+}
+
+// pins reads references that must never be evicted: <upstream>/<repository>:<tag> or @<digest>.
+func (d *decoder) pins(n *yaml.Node, path string) []string {
+	var out []string
+	for i, item := range d.list(n, path) {
+		p := index(path, i)
+		ref := d.str(item, p)
+		up, rest, ok := strings.Cut(ref, "/")
+		if !ok || up == "" || !(strings.Contains(rest, ":") || strings.Contains(rest, "@")) {
+			d.failf(item, p, "%q is not a pinned reference (want <upstream>/<repository>:<tag> or <upstream>/<repository>@<digest>, e.g. docker.io/library/nginx:1.27)", ref)
+			continue
+		}
+		out = append(out, ref)
+	}
+	return out
 }
 
 func (d *decoder) storage(n *yaml.Node, path string, s *Storage) {
-	m := d.mapping(n, path, "path", "maxSize", "maxObjectSize")
+	m := d.mapping(n, path, "path", "maxSize", "maxObjectSize", "lowWatermark")
 	if v, ok := m["path"]; ok {
 		if p := d.str(v, field(path, "path")); p != "" {
 			s.Path = p
@@ -179,5 +204,15 @@ func (d *decoder) storage(n *yaml.Node, path string, s *Storage) {
 	}
 	if v, ok := m["maxObjectSize"]; ok {
 		s.MaxObjectSize = d.size(v, field(path, "maxObjectSize"))
+	}
+	if v, ok := m["lowWatermark"]; ok {
+		p := field(path, "lowWatermark")
+		raw := d.str(v, p)
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(raw, "%"), 64)
+		if err != nil || pct <= 0 || pct >= 100 {
+			d.failf(v, p, "%q is not a percentage between 0 and 100 (write e.g. 90%%)", raw)
+		} else {
+			s.LowWatermark = pct / 100
+		}
 	}
 }

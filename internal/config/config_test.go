@@ -17,7 +17,7 @@ func TestLoadExample(t *testing.T) {
 	}
 	want := &Config{
 		Listen:  "127.0.0.1:5000",
-		Storage: Storage{Path: "./imagecache-data", MaxSize: 20 << 30},
+		Storage: Storage{Path: "./imagecache-data", MaxSize: 20 << 30, LowWatermark: 0.9},
 		Upstreams: []Upstream{{
 			Name:    "docker.io",
 			URL:     "https://registry-1.docker.io",

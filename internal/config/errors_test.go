@@ -38,7 +38,7 @@ func TestErrors(t *testing.T) {
 		{"wrong type: mapping for string", "listen: {a: b}\n",
 			[]string{"config.yaml:1: listen: want a string, got a mapping"}},
 		{"wrong type: string for mapping", "storage: big\n",
-			[]string{"config.yaml:1: storage: want a mapping with keys path, maxSize, maxObjectSize, got \"big\""}},
+			[]string{"config.yaml:1: storage: want a mapping with keys path, maxSize, maxObjectSize, lowWatermark, got \"big\""}},
 		{"wrong type: string for list", "upstreams: docker.io\n",
 			[]string{"config.yaml:1: upstreams: want a list, got \"docker.io\""}},
 		{"wrong type: string for bool", "policies:\n  - staleIfError: yes\n",
@@ -142,5 +142,21 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 	_, err := Load(path)
 	if err == nil || !strings.HasPrefix(err.Error(), path+":2: bogus: unknown key") {
 		t.Errorf("Load error = %v, want it to start with %s:2: bogus", err, path)
+	}
+}
+
+func TestStorageAndPinErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"storage:\n  lowWatermark: 120%\n", "config.yaml:2: storage.lowWatermark: \"120%\" is not a percentage"},
+		{"pins:\n  - nginx\n", "config.yaml:2: pins[0]: \"nginx\" is not a pinned reference"},
+	} {
+		_, err := Parse([]byte(tc.yaml), "config.yaml")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	cfg, err := Parse([]byte("storage:\n  lowWatermark: 80%\npins: [docker.io/library/nginx:1.27, \"up/team/app@sha256:abc\"]\n"), "c")
+	if err != nil || cfg.Storage.LowWatermark != 0.8 || len(cfg.Pins) != 2 {
+		t.Fatalf("%+v %v", cfg, err)
 	}
 }

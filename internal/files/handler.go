@@ -68,6 +68,7 @@ func (m *Manager) serveFile(w http.ResponseWriter, r *http.Request, s *set, name
 		return
 	}
 	defer content.Close()
+	m.store.Touch(f.Digest)
 	ct := mime.TypeByExtension(path.Ext(name))
 	if ct == "" {
 		ct = "application/octet-stream"

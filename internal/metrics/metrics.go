@@ -23,6 +23,9 @@ type Metrics struct {
 	UpstreamRequests *prometheus.CounterVec
 	// UpstreamLatency is the time to an upstream's response headers, by upstream.
 	UpstreamLatency *prometheus.HistogramVec
+	// Evictions counts evicted units by kind (image, set, blob); EvictedBytes the bytes they freed.
+	Evictions    *prometheus.CounterVec
+	EvictedBytes prometheus.Counter
 }
 
 // New registers all metrics (and the Go and process collectors) on a new registry.
@@ -43,7 +46,15 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
 		}, []string{"upstream"}),
 	}
-	m.Registry.MustRegister(m.Requests, m.UpstreamRequests, m.UpstreamLatency,
+	m.Evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imagecache_evictions_total",
+		Help: "Units evicted to stay under storage.maxSize, by kind (image, set, blob).",
+	}, []string{"kind"})
+	m.EvictedBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "imagecache_evicted_bytes_total",
+		Help: "Bytes freed by eviction.",
+	})
+	m.Registry.MustRegister(m.Requests, m.UpstreamRequests, m.UpstreamLatency, m.Evictions, m.EvictedBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -54,6 +65,11 @@ func (m *Metrics) ObserveRequest(api, result string) { m.Requests.WithLabelValue
 // GaugeFunc registers a gauge whose value is read from f at scrape time.
 func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
+// CounterFunc registers a counter whose value is read from f at scrape time.
+func (m *Metrics) CounterFunc(name, help string, f func() float64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 }
 
 // WrapUpstream instruments the bottom transport of an upstream client.

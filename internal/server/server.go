@@ -13,11 +13,11 @@ import (
 
 // Routes are the handlers the server mounts.
 type Routes struct {
-	Registry http.Handler // /v2/
-	Files    http.Handler // /files/
-	API      http.Handler // /api/v1/
-	Metrics  http.Handler // /metrics
-	Ready    func() error // nil when the server can serve
+	Registry http.Handler                          // /v2/
+	Files    http.Handler                          // /files/
+	API      http.Handler                          // /api/v1/
+	Metrics  http.Handler                          // /metrics
+	Ready    func() (warnings []string, err error) // err: not ready; warnings: ready, but someone should look
 }
 
 // Handler builds the mux. When accessLog is set, one line is logged per request.
@@ -25,11 +25,15 @@ func Handler(r Routes, log *slog.Logger, accessLog bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := r.Ready(); err != nil {
+		warnings, err := r.Ready()
+		if err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")
+		for _, msg := range warnings {
+			io.WriteString(w, "warning: "+msg+"\n")
+		}
 	})
 	mux.Handle("/metrics", r.Metrics)
 	mux.Handle("/files/", r.Files)

@@ -34,6 +34,9 @@ type Object struct {
 	Size      int64     `json:"size"`
 	MediaType string    `json:"mediaType,omitempty"` // set for manifests; blobs have none
 	StoredAt  time.Time `json:"storedAt"`
+	// ModTime is the file's modification time (UnixNano) when its content was last known right; Open
+	// re-hashes a file whose time or size moved away from it. 0 in records older than the field.
+	ModTime int64 `json:"modTime"`
 }
 
 // Tag records what a tag pointed to when it was last fetched, and when the upstream last confirmed it.

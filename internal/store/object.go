@@ -20,6 +20,14 @@ var ErrSizeMismatch = errors.New("content length does not match the announced si
 
 // Open returns the verified content of digest and its index record. An index record whose file has gone
 // (deleted by hand, lost) is dropped, so the object is fetched again instead of failing forever.
+//
+// The read-time rule: every Open compares the open file's size and modification time with the record. When
+// either moved (the file was written to after it was stored: any ordinary write moves the modification time)
+// or the record predates ModTime, the file is re-hashed before it is returned. Corrupt content is moved to
+// <root>/corrupt/, its record dropped, and ErrNotFound returned, so the caller fetches it again from the
+// upstream; right content gets its new time recorded, so the next Open is one fstat again. What this cannot
+// see is a change that keeps size and modification time (bit rot, or a writer that restores the time, or a
+// write within the filesystem's timestamp granularity): Verify re-hashes everything for that.
 func (s *Store) Open(dgst string) (*os.File, Object, error) {
 	obj, err := s.Stat(dgst)
 	if err != nil {
@@ -37,6 +45,25 @@ func (s *Store) Open(dgst string) (*os.File, Object, error) {
 	if err != nil {
 		return nil, Object{}, fmt.Errorf("open %s: %w", dgst, err)
 	}
+	// Stat the descriptor, not the path: what is checked must be what is served.
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, Object{}, fmt.Errorf("open %s: %w", dgst, err)
+	}
+	if st.Size() == obj.Size && st.ModTime().UnixNano() == obj.ModTime {
+		return f, obj, nil
+	}
+	ok, err := s.checkOnOpen(f, obj, st)
+	if err != nil {
+		f.Close()
+		return nil, Object{}, fmt.Errorf("open %s: re-hash after a change on disk: %w", dgst, err)
+	}
+	if !ok {
+		f.Close()
+		return nil, Object{}, ErrNotFound
+	}
+	obj.ModTime = st.ModTime().UnixNano()
 	return f, obj, nil
 }
 
@@ -156,9 +183,21 @@ func (w *Writer) commit(mediaType string) error {
 	if err := os.Rename(w.f.Name(), final); err != nil {
 		return fmt.Errorf("store %s: %w", w.digest, err)
 	}
-	obj := Object{Digest: string(w.digest), Size: w.n, MediaType: mediaType, StoredAt: time.Now().UTC()}
+	obj := Object{Digest: string(w.digest), Size: w.n, MediaType: mediaType, StoredAt: time.Now().UTC(), ModTime: fileModTime(final)}
 	if err := w.s.index(obj); err != nil {
 		return fmt.Errorf("index %s: %w", w.digest, err)
+	}
+	return nil
+}
+
+// Verify checks size and digest without making the object visible (for content streamed through but not
+// kept).
+func (w *Writer) Verify() error {
+	if w.size >= 0 && w.n != w.size {
+		return fmt.Errorf("%w: got %d of %d bytes", ErrSizeMismatch, w.n, w.size)
+	}
+	if got := digest.NewDigest(w.digest.Algorithm(), w.hash); !w.computed && got != w.digest {
+		return fmt.Errorf("%w: the bytes hash to %s, not %s", ErrDigestMismatch, got, w.digest)
 	}
 	return nil
 }

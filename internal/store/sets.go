@@ -62,3 +62,8 @@ func (s *Store) Sets() ([]string, error) {
 	})
 	return names, err
 }
+
+// DeleteSet removes a set's published version (its files are removed separately).
+func (s *Store) DeleteSet(name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSets).Delete([]byte(name)) })
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -32,11 +33,15 @@ var digestPattern = regexp.MustCompile(`^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{12
 
 // Store is a content-addressed object store with a bbolt index. It is safe for concurrent use.
 type Store struct {
-	root  string
-	db    *bolt.DB
-	usage usage
-	atime atimes
+	root    string
+	db      *bolt.DB
+	usage   usage
+	atime   atimes
+	corrupt atomic.Int64 // objects found corrupt and moved aside, since Open
 }
+
+// CorruptFound is how many objects were found corrupt (on read or by Verify) and moved aside since Open.
+func (s *Store) CorruptFound() int64 { return s.corrupt.Load() }
 
 // Open opens (creating if needed) the store at root. It removes temp files left by a previous process, which
 // can only be partial downloads.
@@ -46,12 +51,11 @@ func Open(root string) (*Store, error) {
 			return nil, fmt.Errorf("open storage %s: %w", root, err)
 		}
 	}
-	if err := clearTemp(filepath.Join(root, "tmp")); err != nil {
-		return nil, fmt.Errorf("open storage %s: %w", root, err)
-	}
 	if err := checkWritable(root); err != nil {
 		return nil, err
 	}
+	// The index lock comes first: only the process that holds it may touch tmp/, or a second process (a gc,
+	// a mistaken second serve) would delete the first one's downloads in progress.
 	dbPath := filepath.Join(root, "index.db")
 	db, err := bolt.Open(dbPath, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if errors.Is(err, bolt.ErrTimeout) {
@@ -59,6 +63,10 @@ func Open(root string) (*Store, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open index %s: %w", dbPath, err)
+	}
+	if err := clearTemp(filepath.Join(root, "tmp")); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open storage %s: %w", root, err)
 	}
 	if err := db.Update(createBuckets); err != nil {
 		db.Close()

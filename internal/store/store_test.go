@@ -111,14 +111,22 @@ func TestMissingFileIsForgotten(t *testing.T) {
 
 func TestSecondProcessGetsClearError(t *testing.T) {
 	root := t.TempDir()
-	openStore(t, root)
+	first := openStore(t, root)
+	inProgress, err := first.NewWriter("", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inProgress.Abort()
 	start := time.Now()
-	_, err := Open(root)
+	_, err = Open(root)
 	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
 		t.Fatalf("got %v, want a message that another process holds the storage", err)
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Fatal("waited too long for the lock")
+	}
+	if _, err := os.Stat(inProgress.TempPath()); err != nil {
+		t.Fatalf("a second Open deleted the first process's download in progress: %v", err)
 	}
 }
 

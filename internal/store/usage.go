@@ -91,7 +91,7 @@ func (s *Store) ForEachObject(f func(Object) error) error {
 	})
 }
 
-var bucketAtimes = []byte("atimes") // digest -> last use, unix seconds as decimal text
+var bucketAtimes = []byte("atimes") // digest -> last use, unix nanoseconds as decimal text
 
 // atimes batches access times in memory: a hit must not cost an index write.
 type atimes struct {
@@ -101,7 +101,7 @@ type atimes struct {
 
 // Touch records that digest was just used (served or checked).
 func (s *Store) Touch(digest string) {
-	now := time.Now().Unix()
+	now := time.Now().UnixNano()
 	s.atime.mu.Lock()
 	if s.atime.pending == nil {
 		s.atime.pending = map[string]int64{}
@@ -135,14 +135,21 @@ func (s *Store) AccessTimes() (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAtimes).ForEach(func(k, v []byte) error {
-			out[string(k)] = time.Unix(parseUnix(v), 0)
+			out[string(k)] = time.Unix(0, parseUnix(v))
 			return nil
 		})
 	})
 	s.atime.mu.Lock()
 	for d, t := range s.atime.pending {
-		out[d] = time.Unix(t, 0)
+		out[d] = time.Unix(0, t)
 	}
 	s.atime.mu.Unlock()
 	return out, err
+}
+
+// SetAccessTime records a last use at a given time (for tests and imports; serving uses Touch).
+func (s *Store) SetAccessTime(digest string, t time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAtimes).Put([]byte(digest), []byte(formatUnix(t.UnixNano())))
+	})
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"imagecache.io/imagecache/internal/eviction"
+)
+
+type gcOptions struct {
+	storageOptions
+	dryRun  bool
+	maxSize string
+	output  string
+}
+
+func newGCCommand() *cobra.Command {
+	var o gcOptions
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Evict least recently used images now, down to the low watermark",
+		Long: `Run eviction now: when the store is over storage.maxSize, remove least recently used images (with
+the blobs no other image uses), file-set versions and stray blobs until it is down to the low watermark.
+Pinned content is never removed. Works on a stopped server's storage, or on a running server with --server.`,
+		Example: `  imagecache gc --dry-run --config /etc/imagecache/config.yaml
+  imagecache gc --storage /var/lib/imagecache --max-size 50Gi
+  imagecache gc --server http://127.0.0.1:5000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			plan, err := runGC(o)
+			if err != nil {
+				return err
+			}
+			return printPlan(cmd.OutOrStdout(), plan, o.output)
+		},
+	}
+	o.storageOptions.flags(cmd)
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "only list what would be evicted")
+	cmd.Flags().StringVar(&o.maxSize, "max-size", "", "the limit to evict against (a quantity like 50Gi), instead of the config's storage.maxSize")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func runGC(o gcOptions) (eviction.Plan, error) {
+	var plan eviction.Plan
+	if o.server != "" {
+		query := ""
+		if o.dryRun {
+			query = "?dryRun=true"
+		}
+		return plan, postJSON(o.server, "/api/v1/gc"+query, &plan)
+	}
+	st, cfg, err := o.open()
+	if err != nil {
+		return plan, err
+	}
+	defer st.Close()
+	limit := cfg.Storage.MaxSize
+	if o.maxSize != "" {
+		q, err := resource.ParseQuantity(o.maxSize)
+		if err != nil {
+			return plan, fmt.Errorf("--max-size %q: %w (write e.g. 50Gi)", o.maxSize, err)
+		}
+		limit = q.Value()
+	}
+	if limit <= 0 {
+		return plan, fmt.Errorf("no size limit: set storage.maxSize in the config (--config) or pass --max-size")
+	}
+	return eviction.New(st, limit, cfg.Storage.LowWatermark, slog.New(slog.DiscardHandler)).Run(o.dryRun)
+}
+
+func printPlan(w io.Writer, p eviction.Plan, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
+	}
+	if format != "table" {
+		return fmt.Errorf("-o %q: want table or json", format)
+	}
+	verb := "evicted"
+	if p.DryRun {
+		verb = "would evict"
+	}
+	fmt.Fprintf(w, "stored %s, limit %s, low watermark %s, pinned %s\n", human(p.Before), human(p.Limit), human(p.Target), human(p.PinnedBytes))
+	if p.PinnedOverLimit {
+		fmt.Fprintln(w, "WARNING: pinned content alone exceeds the limit; raise storage.maxSize or pin less")
+	}
+	if len(p.Evicted) == 0 {
+		fmt.Fprintln(w, "nothing to evict")
+		return nil
+	}
+	fmt.Fprintf(w, "%s %d units, %s, leaving %s\n\n", verb, len(p.Evicted), human(p.Before-p.After), human(p.After))
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tLAST USE\tFREES")
+	for _, u := range p.Evicted {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Kind, u.Name, u.LastUse.Local().Format(time.DateTime), human(u.Bytes))
+	}
+	return tw.Flush()
+}
+
+// human prints a byte count in binary units.
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/store"
+)
+
+// storageOptions are the flags of the maintenance commands: which storage (a stopped server's, opened
+// directly) or which running server to work on.
+type storageOptions struct {
+	config, storage, server string
+}
+
+func (o *storageOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.config, "config", "c", "", "config file whose storage (path, maxSize) to use")
+	cmd.Flags().StringVar(&o.storage, "storage", "", "storage path (default: the config's storage.path, or ./imagecache-data)")
+	cmd.Flags().StringVar(&o.server, "server", "", "a running server's URL (e.g. http://127.0.0.1:5000): ask it instead of opening the storage")
+}
+
+// open opens the storage directly; it fails with advice when a running server holds it.
+func (o *storageOptions) open() (*store.Store, *config.Config, error) {
+	cfg := config.Default()
+	if o.config != "" {
+		var err error
+		if cfg, err = config.Load(o.config); err != nil {
+			return nil, nil, err
+		}
+	}
+	if o.storage != "" {
+		cfg.Storage.Path = o.storage
+	}
+	st, err := store.Open(cfg.Storage.Path)
+	if err != nil && strings.Contains(err.Error(), "locked by another process") {
+		return nil, nil, fmt.Errorf("%w; to work on a running server, pass --server http://<its address>", err)
+	}
+	return st, cfg, err
+}
+
+// postJSON POSTs to a running server's admin API and decodes its JSON answer into out.
+func postJSON(server, path string, out any) error {
+	url := strings.TrimSuffix(server, "/") + path
+	resp, err := (&http.Client{Timeout: 30 * time.Minute}).Post(url, "application/json", nil)
+	if err != nil {
+		return fmt.Errorf("ask the server: %w (is it running at %s?)", err, server)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read the server's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("POST %s: %s", url, e.Error)
+		}
+		return fmt.Errorf("POST %s: status %d: %.200s", url, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, out)
+}

@@ -1,0 +1,257 @@
+package eviction
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"imagecache.io/imagecache/internal/store"
+)
+
+// Plan is what one eviction run removes (or would remove, on a dry run).
+type Plan struct {
+	Limit           int64   `json:"limit"`           // storage.maxSize; 0 = unbounded
+	Target          int64   `json:"target"`          // the low watermark the run evicts down to
+	Before          int64   `json:"before"`          // bytes stored when the run started
+	After           int64   `json:"after"`           // bytes stored when it ends
+	PinnedBytes     int64   `json:"pinnedBytes"`     // bytes no run may remove
+	PinnedOverLimit bool    `json:"pinnedOverLimit"` // pins alone exceed the limit
+	Evicted         []*Unit `json:"evicted"`
+	DryRun          bool    `json:"dryRun"`
+}
+
+// Evictor keeps the store under its limit.
+type Evictor struct {
+	st     *store.Store
+	limit  int64
+	low    float64
+	log    *slog.Logger
+	kick   chan struct{}
+	run    sync.Mutex // one run at a time
+	OnRun  func(Plan) // metrics; called after every run that removed something
+	pinned atomic.Int64
+	over   atomic.Bool
+}
+
+// New makes an evictor for a limit (0: unbounded) and a low watermark (fraction of the limit).
+func New(st *store.Store, limit int64, low float64, log *slog.Logger) *Evictor {
+	if low <= 0 || low >= 1 {
+		low = 0.9
+	}
+	return &Evictor{st: st, limit: limit, low: low, log: log, kick: make(chan struct{}, 1)}
+}
+
+// Kick asks for a run soon; it never blocks.
+func (e *Evictor) Kick() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs eviction in the background whenever the store passes its limit (the store calls back on every
+// growth) and once a minute, until ctx ends. It never blocks serving.
+func (e *Evictor) Start(ctx context.Context) {
+	e.st.OnGrow(func(total int64) {
+		if e.limit > 0 && total > e.limit {
+			e.Kick()
+		}
+	})
+	go func() {
+		tick := time.NewTicker(time.Minute)
+		defer tick.Stop()
+		e.Kick() // a limit lowered since the last start applies at once
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.kick:
+			case <-tick.C:
+			}
+			if bytes, _ := e.st.Usage(); e.limit > 0 && bytes <= e.limit {
+				continue
+			}
+			if _, err := e.Run(false); err != nil {
+				e.log.Error("eviction failed", "error", err)
+			}
+		}
+	}()
+}
+
+// PinStatus reports the pinned bytes and whether they alone exceed the limit (as of the last run).
+func (e *Evictor) PinStatus() (int64, bool) { return e.pinned.Load(), e.over.Load() }
+
+// Run evicts least recently used units down to the low watermark (when over the limit), or only says what
+// it would evict when dryRun is set.
+func (e *Evictor) Run(dryRun bool) (Plan, error) {
+	e.run.Lock()
+	defer e.run.Unlock()
+	start := time.Now()
+	if err := e.st.FlushAccessTimes(); err != nil {
+		return Plan{}, fmt.Errorf("write access times: %w", err)
+	}
+	g, err := snapshot(e.st)
+	if err != nil {
+		return Plan{}, err
+	}
+	if err := g.pin(e.st); err != nil {
+		return Plan{}, err
+	}
+	p := g.plan(e.limit, int64(float64(e.limit)*e.low))
+	p.DryRun = dryRun
+	e.pinned.Store(p.PinnedBytes)
+	e.over.Store(p.PinnedOverLimit)
+	if p.PinnedOverLimit {
+		e.log.Error("pinned content alone exceeds storage.maxSize: nothing pinned is evicted, so the store stays over its limit; raise maxSize or pin less",
+			"pinnedBytes", p.PinnedBytes, "maxSize", e.limit)
+	}
+	if dryRun || len(p.Evicted) == 0 {
+		return p, nil
+	}
+	for _, u := range p.Evicted {
+		if err := e.remove(u); err != nil {
+			return p, err
+		}
+	}
+	e.log.Info("evicted", "units", len(p.Evicted), "freedBytes", p.Before-p.After, "storedBytes", p.After,
+		"limit", p.Limit, "pinnedBytes", p.PinnedBytes, "took", time.Since(start).Round(time.Millisecond))
+	if e.OnRun != nil {
+		e.OnRun(p)
+	}
+	return p, nil
+}
+
+// remove deletes a unit: the records that name it first, then manifests before the blobs below them, so
+// that a crash half-way leaves only unreferenced blobs (evicted by the next run), never a manifest with a
+// hole in its graph.
+func (e *Evictor) remove(u *Unit) error {
+	if u.set != "" {
+		if err := e.st.DeleteSet(u.set); err != nil {
+			return fmt.Errorf("evict %s: %w", u.Name, err)
+		}
+	}
+	if len(u.Objects) > 0 && u.Objects[0] == u.Root {
+		for _, t := range u.tags {
+			if err := e.st.DeleteTag(t); err != nil {
+				return fmt.Errorf("evict %s: %w", u.Name, err)
+			}
+		}
+	}
+	for _, d := range u.Objects {
+		if err := e.st.Remove(d); err != nil {
+			return fmt.Errorf("evict %s: %w", u.Name, err)
+		}
+		if err := e.st.Unlink(d); err != nil {
+			return fmt.Errorf("evict %s: %w", u.Name, err)
+		}
+	}
+	e.log.Debug("evicted unit", "kind", u.Kind, "name", u.Name, "bytes", u.Bytes, "lastUse", u.LastUse)
+	return nil
+}
+
+// pin marks everything reachable from a pinned reference.
+func (g *graph) pin(st *store.Store) error {
+	pins, err := st.Pins()
+	if err != nil {
+		return fmt.Errorf("read pins: %w", err)
+	}
+	for _, p := range pins {
+		for _, d := range g.resolve(st, p.Reference) {
+			for _, c := range closure(d, g.children) {
+				g.pinned[c] = true
+			}
+		}
+		if set, ok := strings.CutPrefix(p.Reference, "files/"); ok {
+			for _, u := range g.units {
+				if u.set == set {
+					for _, d := range u.closure {
+						g.pinned[d] = true
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// resolve turns upstream/repository:tag or upstream/repository@digest into stored digests.
+func (g *graph) resolve(st *store.Store, ref string) []string {
+	up, rest, ok := strings.Cut(ref, "/")
+	if !ok {
+		return nil
+	}
+	if repo, d, ok := strings.Cut(rest, "@"); ok && repo != "" {
+		if _, stored := g.objects[d]; stored {
+			return []string{d}
+		}
+		return nil
+	}
+	i := strings.LastIndex(rest, ":")
+	if i < 0 {
+		return nil
+	}
+	t, err := st.Tag(up, rest[:i], rest[i+1:])
+	if err != nil {
+		return nil
+	}
+	return []string{t.Digest}
+}
+
+// plan walks unpinned units, least recently used first, until the total is at target. An object leaves
+// with the last unit that uses it.
+func (g *graph) plan(limit, target int64) Plan {
+	var total int64
+	for _, o := range g.objects {
+		total += o.Size
+	}
+	p := Plan{Limit: limit, Target: target, Before: total}
+	for d := range g.pinned {
+		p.PinnedBytes += g.objects[d].Size
+	}
+	p.PinnedOverLimit = limit > 0 && p.PinnedBytes > limit
+	if limit <= 0 || total <= limit {
+		p.After = total
+		return p
+	}
+	candidates := slices.Clone(g.units)
+	slices.SortFunc(candidates, func(a, b *Unit) int {
+		if c := a.LastUse.Compare(b.LastUse); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Root, b.Root)
+	})
+	for _, u := range candidates {
+		if total <= target {
+			break
+		}
+		if g.pinned[u.Root] || (u.set != "" && allPinned(u.closure, g.pinned)) {
+			u.Pinned = true
+			continue
+		}
+		for _, d := range u.closure {
+			g.refcount[d]--
+			if g.refcount[d] == 0 && !g.pinned[d] {
+				u.Objects = append(u.Objects, d)
+				u.Bytes += g.objects[d].Size
+			}
+		}
+		total -= u.Bytes
+		p.Evicted = append(p.Evicted, u)
+	}
+	p.After = total
+	return p
+}
+
+func allPinned(ds []string, pinned map[string]bool) bool {
+	for _, d := range ds {
+		if !pinned[d] {
+			return false
+		}
+	}
+	return len(ds) > 0
+}

@@ -1,0 +1,196 @@
+package eviction
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"imagecache.io/imagecache/internal/store"
+)
+
+type fixture struct {
+	t  *testing.T
+	st *store.Store
+}
+
+func newFixture(t *testing.T) *fixture {
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &fixture{t: t, st: st}
+}
+
+// blob stores n random bytes.
+func (f *fixture) blob(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	d := digest.FromBytes(b).String()
+	if err := f.st.Put(d, "", b); err != nil {
+		f.t.Fatal(err)
+	}
+	return d
+}
+
+// image stores a manifest over config and layers, tags it, and marks it used at the given time.
+func (f *fixture) image(tag string, used time.Time, layers ...string) string {
+	type desc struct {
+		MediaType string `json:"mediaType"`
+		Digest    string `json:"digest"`
+		Size      int64  `json:"size"`
+	}
+	m := struct {
+		SchemaVersion int    `json:"schemaVersion"`
+		MediaType     string `json:"mediaType"`
+		Config        desc   `json:"config"`
+		Layers        []desc `json:"layers"`
+	}{SchemaVersion: 2, MediaType: "application/vnd.oci.image.manifest.v1+json"}
+	m.Config = desc{MediaType: "application/vnd.oci.image.config.v1+json", Digest: f.blob(100)}
+	for _, l := range layers {
+		m.Layers = append(m.Layers, desc{MediaType: "application/vnd.oci.image.layer.v1.tar+gzip", Digest: l})
+	}
+	body, _ := json.Marshal(m)
+	d := digest.FromBytes(body).String()
+	if err := f.st.Put(d, m.MediaType, body); err != nil {
+		f.t.Fatal(err)
+	}
+	f.st.PutTag("up", "team/"+tag, "v1", store.Tag{Digest: d, MediaType: m.MediaType})
+	f.st.Link("up", "team/"+tag, d)
+	f.use(used, append([]string{d, m.Config.Digest}, layers...)...)
+	return d
+}
+
+func (f *fixture) use(at time.Time, ds ...string) {
+	// Access times are whole seconds; write them the way Touch would have, at a chosen time.
+	for _, d := range ds {
+		f.st.Touch(d)
+	}
+	f.st.FlushAccessTimes()
+	f.setAtimes(at, ds...)
+}
+
+func (f *fixture) present(d string) bool { _, err := f.st.Stat(d); return err == nil }
+
+func TestEvictsLeastRecentlyUsedImagesKeepingSharedLayers(t *testing.T) {
+	f := newFixture(t)
+	base := f.blob(400_000) // a base layer shared by every image
+	now := time.Now()
+	var images, own []string
+	for i := range 5 {
+		l := f.blob(300_000)
+		own = append(own, l)
+		images = append(images, f.image(fmt.Sprintf("app%d", i), now.Add(time.Duration(i)*time.Minute), base, l))
+	}
+	total, _ := f.st.Usage()
+	limit := total - 500_000 // two images' own layers must go
+	e := New(f.st, limit, 0.9, slog.New(slog.DiscardHandler))
+	p, err := e.Run(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := f.st.Usage()
+	if after > int64(float64(limit)*0.9) {
+		t.Fatalf("stored %d after eviction, want at most the low watermark %d", after, int64(float64(limit)*0.9))
+	}
+	if !f.present(base) {
+		t.Fatal("the shared base layer was evicted while images using it remain")
+	}
+	evicted := len(p.Evicted)
+	if evicted == 0 || evicted == 5 {
+		t.Fatalf("evicted %d of 5 images", evicted)
+	}
+	for i := range 5 {
+		gone := i < evicted // oldest first
+		if f.present(images[i]) == gone || f.present(own[i]) == gone {
+			t.Fatalf("image %d (used %d min after the first): manifest present %v, layer present %v; want evicted=%v",
+				i, i, f.present(images[i]), f.present(own[i]), gone)
+		}
+		if _, err := f.st.Tag("up", fmt.Sprintf("team/app%d", i), "v1"); (err == nil) == gone {
+			t.Fatalf("image %d: tag record present=%v, want %v", i, err == nil, !gone)
+		}
+	}
+	assertNoHoles(t, f.st)
+}
+
+func TestPinsAreNeverEvicted(t *testing.T) {
+	f := newFixture(t)
+	old := time.Now().Add(-time.Hour)
+	pinned := f.image("pinned", old, f.blob(500_000))
+	other := f.image("other", time.Now(), f.blob(500_000))
+	f.st.SetPins("config", []string{"up/team/pinned:v1"})
+	e := New(f.st, 600_000, 0.9, slog.New(slog.DiscardHandler))
+	p, err := e.Run(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.present(pinned) || f.present(other) {
+		t.Fatalf("pinned present %v, unpinned (newer) present %v; want the pin kept and the other evicted", f.present(pinned), f.present(other))
+	}
+	if p.PinnedBytes < 500_000 || p.PinnedOverLimit {
+		t.Fatalf("pinned bytes %d, over limit %v", p.PinnedBytes, p.PinnedOverLimit)
+	}
+	// A limit below the pins: nothing pinned goes, and the plan says so.
+	e = New(f.st, 100_000, 0.9, slog.New(slog.DiscardHandler))
+	p, _ = e.Run(false)
+	if !f.present(pinned) || !p.PinnedOverLimit {
+		t.Fatalf("limit below pins: pinned present %v, over limit reported %v", f.present(pinned), p.PinnedOverLimit)
+	}
+}
+
+func TestDryRunRemovesNothing(t *testing.T) {
+	f := newFixture(t)
+	img := f.image("app", time.Now(), f.blob(500_000))
+	e := New(f.st, 100_000, 0.9, slog.New(slog.DiscardHandler))
+	p, err := e.Run(true)
+	if err != nil || len(p.Evicted) != 1 || !p.DryRun {
+		t.Fatalf("plan %+v %v", p, err)
+	}
+	if !f.present(img) {
+		t.Fatal("a dry run removed content")
+	}
+}
+
+func TestUnboundedEvictsNothing(t *testing.T) {
+	f := newFixture(t)
+	f.image("app", time.Now(), f.blob(500_000))
+	p, err := New(f.st, 0, 0.9, slog.New(slog.DiscardHandler)).Run(false)
+	if err != nil || len(p.Evicted) != 0 {
+		t.Fatalf("%+v %v", p, err)
+	}
+}
+
+// assertNoHoles checks the promise that matters: every manifest still indexed has its whole graph.
+func assertNoHoles(t *testing.T, st *store.Store) {
+	t.Helper()
+	st.ForEachObject(func(o store.Object) error {
+		if o.MediaType == "" {
+			return nil
+		}
+		body, _, err := st.ReadAll(o.Digest)
+		if err != nil {
+			t.Fatalf("read manifest %s: %v", o.Digest, err)
+		}
+		var refs manifestRefs
+		json.Unmarshal(body, &refs)
+		for _, c := range refs.children() {
+			if _, err := st.Stat(c); err != nil {
+				t.Errorf("manifest %s is indexed but its %s is gone", o.Digest, c)
+			}
+		}
+		return nil
+	})
+}
+
+func (f *fixture) setAtimes(at time.Time, ds ...string) {
+	for _, d := range ds {
+		if err := f.st.SetAccessTime(d, at); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
