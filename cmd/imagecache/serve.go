@@ -144,6 +144,13 @@ func serve(ctx context.Context, o serveOptions) error {
 	sets.Run(ctx)
 	evictor.Start(ctx)
 	go flushAccessTimes(ctx, st, log)
+	go func() {
+		if n, err := st.SweepOrphans(ctx); err != nil {
+			log.Warn("sweep orphaned files", "error", err)
+		} else if n > 0 {
+			log.Info("removed files left without an index record by an earlier crash", "files", n)
+		}
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

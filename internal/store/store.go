@@ -33,11 +33,12 @@ var digestPattern = regexp.MustCompile(`^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{12
 
 // Store is a content-addressed object store with a bbolt index. It is safe for concurrent use.
 type Store struct {
-	root    string
-	db      *bolt.DB
-	usage   usage
-	atime   atimes
-	corrupt atomic.Int64 // objects found corrupt and moved aside, since Open
+	root     string
+	db       *bolt.DB
+	usage    usage
+	atime    atimes
+	corrupt  atomic.Int64 // objects found corrupt and moved aside, since Open
+	openedAt time.Time
 }
 
 // CorruptFound is how many objects were found corrupt (on read or by Verify) and moved aside since Open.
@@ -72,7 +73,7 @@ func Open(root string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open index %s: %w", dbPath, err)
 	}
-	s := &Store{root: root, db: db}
+	s := &Store{root: root, db: db, openedAt: time.Now()}
 	if err := s.loadUsage(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open index %s: %w", dbPath, err)

@@ -372,3 +372,11 @@ func digestOfPath(blobs, path string) (string, bool) {
 	dgst := parts[0] + ":" + parts[2]
 	return dgst, digestPattern.MatchString(dgst)
 }
+
+// SweepOrphans removes files under blobs/ that have no index record and were written before this process
+// opened the store: a crash between a file's rename and its index write leaves such files, invisible but
+// taking space. Files written since Open are left alone (a commit may be between its two steps). It walks
+// every file, so serve runs it in the background.
+func (s *Store) SweepOrphans(ctx context.Context) (int, error) {
+	return s.removeOrphans(ctx, s.openedAt.Add(orphanGrace))
+}

@@ -306,3 +306,35 @@ func TestOpenAfterRehashReadsFromStart(t *testing.T) {
 		t.Fatalf("read %d bytes, want %d", len(got), len(content))
 	}
 }
+
+func TestSweepOrphansAfterACrash(t *testing.T) {
+	root := t.TempDir()
+	s, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A file renamed into place whose index write never happened (the process died between the two).
+	orphan := digest.FromString("never indexed").String()
+	path, _ := s.blobPath(orphan)
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	os.WriteFile(path, []byte("never indexed"), 0o644)
+	kept := digest.FromString("indexed").String()
+	s.Put(kept, "", []byte("indexed"))
+	s.Close()
+
+	s, err = Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n, err := s.SweepOrphans(t.Context())
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d (%v), want the 1 orphan", n, err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatal("the orphan is still on disk")
+	}
+	if _, _, err := s.Open(kept); err != nil {
+		t.Fatalf("indexed object lost: %v", err)
+	}
+}
