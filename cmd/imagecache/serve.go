@@ -109,7 +109,8 @@ func serve(ctx context.Context, o serveOptions) error {
 	}
 	c := cache.New(st, clients, cfg.Rules(), log)
 	evictor := eviction.New(st, cfg.Storage.MaxSize, cfg.Storage.LowWatermark, log)
-	c.MaxObjectSize, c.StorageFull = cfg.Storage.MaxObjectSize, evictor.Kick
+	c.MaxObjectSize, c.StorageFull, c.MakeRoom = cfg.Storage.MaxObjectSize, evictor.FreeLater, evictor.MakeRoom
+	evictor.InFlight = c.InFlightBytes
 	if err := st.SetPins("config", configPins(cfg)); err != nil {
 		return err
 	}

@@ -164,6 +164,17 @@ func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client,
 		return upstreamFailure(what, &upstream.Error{Upstream: client.Name(), Op: "GET blob",
 			Err: fmt.Errorf("the upstream sent no Content-Length, so storage.maxObjectSize (%d) cannot be applied", c.MaxObjectSize)})
 	}
+	if !passThrough && resp.Size > 0 {
+		c.inFlight.Add(resp.Size)
+		defer c.inFlight.Add(-resp.Size)
+		if c.MakeRoom != nil {
+			if err := c.MakeRoom(resp.Size); err != nil {
+				// Before any header went out: the client gets a clean error, not a cut body.
+				return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
+					Message: fmt.Sprintf("%s: no room in the cache's storage: %v", what, err)}
+			}
+		}
+	}
 	d.start(resp.Size)
 	buf := make([]byte, 256<<10)
 	for {
@@ -173,7 +184,7 @@ func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client,
 				return badUpstreamContent(what, fmt.Errorf("more than the announced %d bytes", resp.Size))
 			}
 			if _, err := w.Write(buf[:n]); err != nil {
-				if c.noSpace(err) {
+				if c.noSpace(err, resp.Size-w.Written()) {
 					return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
 						Message: fmt.Sprintf("%s: the cache's storage is full; eviction has started, retry shortly", what)}
 				}
@@ -205,7 +216,7 @@ func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client,
 		if errors.Is(err, store.ErrDigestMismatch) {
 			return badUpstreamContent(what, err)
 		}
-		c.noSpace(err)
+		c.noSpace(err, w.Written())
 		return storeFailure(err)
 	}
 	if err := c.store.Link(client.Name(), repository, d.digest); err != nil {

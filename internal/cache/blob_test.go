@@ -9,8 +9,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,7 +69,15 @@ func newTestCache(t *testing.T, h http.Handler) (*Cache, *store.Store) {
 		t.Fatal(err)
 	}
 	rules := policy.Rules{Default: policy.Rule{Pull: policy.Always, StaleIfError: true, UpstreamTimeout: 5 * time.Second}}
-	return New(st, map[string]*upstream.Client{"up": client}, rules, slog.New(slog.DiscardHandler)), st
+	c := New(st, map[string]*upstream.Client{"up": client}, rules, slog.New(slog.DiscardHandler))
+	// Downloads run detached from requests: let them finish before the store and its directory go.
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for c.DownloadsInFlight() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	return c, st
 }
 
 func randomBytes(n int) []byte {
@@ -181,5 +193,62 @@ func TestRangeOnUncachedBlob(t *testing.T) {
 	http.ServeContent(rec, req, "", time.Time{}, b.Content)
 	if rec.Code != http.StatusPartialContent || !bytes.Equal(rec.Body.Bytes(), g.content[1000:2000]) {
 		t.Fatalf("status %d, %d bytes", rec.Code, rec.Body.Len())
+	}
+}
+
+// TestDiskFullMidWrite: a write that runs out of space fails the download (the client never gets the whole
+// body), reports how much room it needed, and leaves nothing behind.
+func TestDiskFullMidWrite(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	g := &gatedBlob{content: randomBytes(4 << 20), release: make(chan struct{})}
+	close(g.release)
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := upstream.New(config.Upstream{Name: "up", URL: srv.URL}, nil)
+	c := New(st, map[string]*upstream.Client{"up": client}, policy.Rules{Default: policy.Rule{Pull: policy.Always, UpstreamTimeout: 5 * time.Second}}, slog.New(slog.DiscardHandler))
+	var asked atomic.Int64
+	c.StorageFull = func(need int64) { asked.Store(need) }
+	defer func() {
+		for c.DownloadsInFlight() > 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		st.Close()
+	}()
+
+	dgst := digest.FromBytes(g.content).String()
+	b, err := c.Blob(context.Background(), "up", "team/app", dgst)
+	if err == nil {
+		n, _ := io.Copy(io.Discard, b.Content)
+		if b.Err() == nil || n == int64(len(g.content)) {
+			t.Fatalf("read %d of %d bytes with err %v: a full disk must break the response", n, len(g.content), b.Err())
+		}
+		var ce *Error
+		if !errors.As(b.Err(), &ce) || ce.Status != http.StatusInsufficientStorage {
+			t.Fatalf("error %v, want a 507 saying the storage is full", b.Err())
+		}
+		b.Close()
+	}
+	for c.DownloadsInFlight() > 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if asked.Load() <= 0 {
+		t.Fatal("StorageFull was not told how much room the download needed")
+	}
+	if _, err := st.Stat(dgst); err == nil {
+		t.Fatal("a blob that did not fit was indexed")
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(entries) != 0 {
+		t.Fatalf("temp files left after the failed download: %v", entries)
 	}
 }

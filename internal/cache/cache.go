@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,17 +47,26 @@ type Cache struct {
 
 	// MaxObjectSize: blobs larger than this stream through to their clients and are not stored (0: no limit).
 	MaxObjectSize int64
-	// StorageFull is called when a write fails for lack of space (to start eviction); it must not block.
-	StorageFull func()
+	// StorageFull is told how many bytes a write that failed for lack of space needed (to start eviction);
+	// it must not block.
+	StorageFull func(need int64)
+	// MakeRoom is asked, before a blob download is accepted, to make room for its size; an error means
+	// there is no room even after eviction.
+	MakeRoom func(need int64) error
+
+	inFlight atomic.Int64 // announced bytes of downloads that will be stored
 }
 
-// noSpace reports a full disk (or quota) and asks for eviction.
-func (c *Cache) noSpace(err error) bool {
+// InFlightBytes is the announced size of the downloads in progress that will be stored.
+func (c *Cache) InFlightBytes() int64 { return c.inFlight.Load() }
+
+// noSpace reports a full disk (or quota) and asks for need bytes to be freed.
+func (c *Cache) noSpace(err error, need int64) bool {
 	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
 		return false
 	}
 	if c.StorageFull != nil {
-		c.StorageFull()
+		c.StorageFull(max(need, 1))
 	}
 	return true
 }

@@ -205,14 +205,14 @@ func (c *Cache) fetchManifest(ctx context.Context, client *upstream.Client, repo
 		mt = declaredMediaType(got.Body, mt)
 	}
 	if err := c.store.Put(dgst, mt, got.Body); err != nil {
-		if c.noSpace(err) {
+		if c.noSpace(err, int64(len(got.Body))) {
 			// The client can still have what the upstream sent; it is just not kept this time.
 			c.log.Warn("storage full: serving manifest uncached", "digest", dgst, "error", err)
 			return &Manifest{Digest: dgst, MediaType: mt, Body: got.Body}, nil
 		}
 		return nil, storeFailure(err)
 	}
-	if err := c.store.Link(client.Name(), repository, dgst); err != nil && !c.noSpace(err) {
+	if err := c.store.Link(client.Name(), repository, dgst); err != nil && !c.noSpace(err, 4096) {
 		return nil, storeFailure(err)
 	}
 	c.log.Info("fetched manifest", "upstream", client.Name(), "repository", repository, "ref", ref, "digest", dgst, "mediaType", mt, "size", len(got.Body))

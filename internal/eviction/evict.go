@@ -27,15 +27,19 @@ type Plan struct {
 
 // Evictor keeps the store under its limit.
 type Evictor struct {
-	st     *store.Store
-	limit  int64
-	low    float64
-	log    *slog.Logger
-	kick   chan struct{}
-	run    sync.Mutex // one run at a time
-	OnRun  func(Plan) // metrics; called after every run that removed something
-	pinned atomic.Int64
-	over   atomic.Bool
+	st      *store.Store
+	limit   int64
+	low     float64
+	log     *slog.Logger
+	kick    chan struct{}
+	running sync.Mutex // one run at a time
+	OnRun   func(Plan) // metrics; called after every run that removed something
+	// InFlight reports bytes being downloaded that will be stored: they count against the limit before
+	// they land, so that the disk does not overshoot by a large blob.
+	InFlight func() int64
+	pinned   atomic.Int64
+	over     atomic.Bool
+	need     atomic.Int64 // bytes a full disk asked to free, whatever the limit
 }
 
 // New makes an evictor for a limit (0: unbounded) and a low watermark (fraction of the limit).
@@ -57,8 +61,8 @@ func (e *Evictor) Kick() {
 // Start runs eviction in the background whenever the store passes its limit (the store calls back on every
 // growth) and once a minute, until ctx ends. It never blocks serving.
 func (e *Evictor) Start(ctx context.Context) {
-	e.st.OnGrow(func(total int64) {
-		if e.limit > 0 && total > e.limit {
+	e.st.OnGrow(func(int64) {
+		if e.overLimit() {
 			e.Kick()
 		}
 	})
@@ -73,7 +77,7 @@ func (e *Evictor) Start(ctx context.Context) {
 			case <-e.kick:
 			case <-tick.C:
 			}
-			if bytes, _ := e.st.Usage(); e.limit > 0 && bytes <= e.limit {
+			if !e.overLimit() && e.need.Load() == 0 {
 				continue
 			}
 			if _, err := e.Run(false); err != nil {
@@ -83,14 +87,70 @@ func (e *Evictor) Start(ctx context.Context) {
 	}()
 }
 
+func (e *Evictor) inFlight() int64 {
+	if e.InFlight == nil {
+		return 0
+	}
+	return e.InFlight()
+}
+
+func (e *Evictor) overLimit() bool {
+	bytes, _ := e.st.Usage()
+	return e.limit > 0 && bytes+e.inFlight() > e.limit
+}
+
+// FreeLater asks the background loop to free need bytes even when the store is under its limit: the disk
+// filled up first (it is smaller than storage.maxSize, or shared). It never blocks.
+func (e *Evictor) FreeLater(need int64) {
+	for {
+		cur := e.need.Load()
+		if need <= cur || e.need.CompareAndSwap(cur, need) {
+			break
+		}
+	}
+	e.Kick()
+}
+
+// MakeRoom makes space on the filesystem for need more bytes before a download is accepted. When less is
+// free it evicts now, but only if that frees enough: a blob that cannot fit is refused without emptying the
+// cache for nothing.
+func (e *Evictor) MakeRoom(need int64) error {
+	const margin = 8 << 20 // the index and directory entries need a little room too
+	if e.limit > 0 && need > e.limit {
+		return fmt.Errorf("it is %d bytes, more than storage.maxSize (%d); raise maxSize, or set storage.maxObjectSize to stream such blobs through", need, e.limit)
+	}
+	avail, err := e.st.Available()
+	if err != nil {
+		return nil // cannot tell: let the write itself find out
+	}
+	// Other downloads in progress will take their share of what is free now. (The caller has already
+	// added its own download to the in-flight bytes.)
+	avail -= max(0, e.inFlight()-need)
+	if avail >= need+margin {
+		return nil
+	}
+	short := need + margin - avail
+	_, err = e.run(false, short, func(p Plan) error {
+		if freed := p.Before - p.After; freed < short {
+			return fmt.Errorf("the storage filesystem has %d bytes free and evicting all unpinned content would free only %d more, not enough for %d; nothing was evicted", avail, freed, need)
+		}
+		return nil
+	})
+	return err
+}
+
 // PinStatus reports the pinned bytes and whether they alone exceed the limit (as of the last run).
 func (e *Evictor) PinStatus() (int64, bool) { return e.pinned.Load(), e.over.Load() }
 
 // Run evicts least recently used units down to the low watermark (when over the limit), or only says what
 // it would evict when dryRun is set.
-func (e *Evictor) Run(dryRun bool) (Plan, error) {
-	e.run.Lock()
-	defer e.run.Unlock()
+func (e *Evictor) Run(dryRun bool) (Plan, error) { return e.run(dryRun, e.need.Swap(0), nil) }
+
+// run plans eviction down to the low watermark, or further when need bytes must be freed whatever the
+// limit; accept, when set, may refuse to carry the plan out.
+func (e *Evictor) run(dryRun bool, need int64, accept func(Plan) error) (Plan, error) {
+	e.running.Lock()
+	defer e.running.Unlock()
 	start := time.Now()
 	if err := e.st.FlushAccessTimes(); err != nil {
 		return Plan{}, fmt.Errorf("write access times: %w", err)
@@ -102,13 +162,28 @@ func (e *Evictor) Run(dryRun bool) (Plan, error) {
 	if err := g.pin(e.st); err != nil {
 		return Plan{}, err
 	}
-	p := g.plan(e.limit, int64(float64(e.limit)*e.low))
+	target := int64(float64(e.limit)*e.low) - e.inFlight()
+	if need > 0 {
+		var total int64
+		for _, o := range g.objects {
+			total += o.Size
+		}
+		if e.limit <= 0 || total-need < target {
+			target = total - need
+		}
+	}
+	p := g.plan(e.limit, target, need > 0)
 	p.DryRun = dryRun
 	e.pinned.Store(p.PinnedBytes)
 	e.over.Store(p.PinnedOverLimit)
 	if p.PinnedOverLimit {
 		e.log.Error("pinned content alone exceeds storage.maxSize: nothing pinned is evicted, so the store stays over its limit; raise maxSize or pin less",
 			"pinnedBytes", p.PinnedBytes, "maxSize", e.limit)
+	}
+	if accept != nil {
+		if err := accept(p); err != nil {
+			return p, err
+		}
 	}
 	if dryRun || len(p.Evicted) == 0 {
 		return p, nil
@@ -204,7 +279,7 @@ func (g *graph) resolve(st *store.Store, ref string) []string {
 
 // plan walks unpinned units, least recently used first, until the total is at target. An object leaves
 // with the last unit that uses it.
-func (g *graph) plan(limit, target int64) Plan {
+func (g *graph) plan(limit, target int64, force bool) Plan {
 	var total int64
 	for _, o := range g.objects {
 		total += o.Size
@@ -214,7 +289,7 @@ func (g *graph) plan(limit, target int64) Plan {
 		p.PinnedBytes += g.objects[d].Size
 	}
 	p.PinnedOverLimit = limit > 0 && p.PinnedBytes > limit
-	if limit <= 0 || total <= limit {
+	if !force && (limit <= 0 || total <= limit) {
 		p.After = total
 		return p
 	}

@@ -2,7 +2,9 @@ package store
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -152,4 +154,13 @@ func (s *Store) SetAccessTime(digest string, t time.Time) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketAtimes).Put([]byte(digest), []byte(formatUnix(t.UnixNano())))
 	})
+}
+
+// Available is the space left on the filesystem holding the store, for this (unprivileged) process.
+func (s *Store) Available() (int64, error) {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(s.root, &fs); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", s.root, err)
+	}
+	return int64(fs.Bavail) * int64(fs.Bsize), nil
 }
