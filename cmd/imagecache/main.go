@@ -36,6 +36,7 @@ when the upstream is down.`,
 	root.AddCommand(newGCCommand())
 	root.AddCommand(newFetchCommand())
 	root.AddCommand(newVerifyCommand())
+	root.AddCommand(newNodeConfigCommand())
 	return root
 }
 

@@ -20,6 +20,7 @@ import (
 	"imagecache.io/imagecache/internal/admin"
 	"imagecache.io/imagecache/internal/cache"
 	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/controller"
 	"imagecache.io/imagecache/internal/eviction"
 	"imagecache.io/imagecache/internal/files"
 	"imagecache.io/imagecache/internal/metrics"
@@ -34,6 +35,7 @@ type serveOptions struct {
 	config, listen, storage string
 	logFormat, logLevel     string
 	accessLog               bool
+	kube                    kubeOptions
 }
 
 func newServeCommand() *cobra.Command {
@@ -57,6 +59,9 @@ gcr.io, mcr.microsoft.com and public.ecr.aws.`,
 	f.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&o.accessLog, "access-log", true, "log one line per request")
+	f.StringVar(&o.kube.kubeconfig, "kubeconfig", "", "run the ImageCache/IronicImageCache controllers against this cluster (in a pod, the in-cluster config is used without this flag)")
+	f.BoolVar(&o.kube.leaderElect, "leader-elect", true, "elect one replica to write status (every replica still fetches and serves)")
+	f.StringVar(&o.kube.publicURL, "public-url", "", "how clients reach this server, for URLs in resource status (default: http://imagecache.$POD_NAMESPACE.svc:<port>, or the listen address)")
 	return cmd
 }
 
@@ -105,7 +110,7 @@ func serve(ctx context.Context, o serveOptions) error {
 			return err
 		}
 		clients[u.Name] = c
-		routes = append(routes, reference.Upstream{Name: u.Name, Aliases: u.Aliases, Default: u.Default, DockerHub: isDockerHub(u)})
+		routes = append(routes, reference.Upstream{Name: u.Name, Aliases: withURLHost(u), Default: u.Default, DockerHub: isDockerHub(u)})
 	}
 	c := cache.New(st, clients, cfg.Rules(), log)
 	evictor := eviction.New(st, cfg.Storage.MaxSize, cfg.Storage.LowWatermark, log)
@@ -125,8 +130,9 @@ func serve(ctx context.Context, o serveOptions) error {
 	api.HandleFunc("/api/v1/sets/", sets.ServeAPI)
 	api.Handle("/api/v1/gc", admin.GC(evictor))
 	api.Handle("/api/v1/verify", admin.Verify(st))
+	router := reference.NewRouter(routes)
 	handler := server.Handler(server.Routes{
-		Registry: registry.New(c, reference.NewRouter(routes), log, m.ObserveRequest),
+		Registry: registry.New(c, router, log, m.ObserveRequest),
 		Files:    sets,
 		API:      api,
 		Metrics:  promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
@@ -143,6 +149,9 @@ func serve(ctx context.Context, o serveOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sets.Run(ctx)
+	if err := startKubernetes(ctx, o, cfg, controller.Deps{Cache: c, Files: sets, Store: st, Router: router, Upstreams: clients, Log: log}); err != nil {
+		return err
+	}
 	evictor.Start(ctx)
 	go flushAccessTimes(ctx, st, log)
 	go func() {
@@ -261,4 +270,30 @@ func observeStorage(m *metrics.Metrics, st *store.Store, e *eviction.Evictor, li
 			m.EvictedBytes.Add(float64(u.Bytes))
 		}
 	}
+}
+
+// startKubernetes starts the controllers when serve has Kubernetes access.
+func startKubernetes(ctx context.Context, o serveOptions, cfg *config.Config, deps controller.Deps) error {
+	restCfg, err := o.kube.restConfig()
+	if err != nil || restCfg == nil {
+		return err
+	}
+	deps.PublicURL = o.kube.publicBase(cfg.Listen)
+	return startControllers(ctx, restCfg, o.kube, deps, deps.Log)
+}
+
+// withURLHost adds the host of the upstream's URL to its aliases, so that references naming the real
+// registry host (registry-1.docker.io/..., 10.0.0.5:5000/...) reach it too.
+func withURLHost(u config.Upstream) []string {
+	aliases := append([]string(nil), u.Aliases...)
+	parsed, err := url.Parse(u.URL)
+	if err != nil || parsed.Host == "" || strings.EqualFold(parsed.Host, u.Name) {
+		return aliases
+	}
+	for _, a := range aliases {
+		if strings.EqualFold(a, parsed.Host) {
+			return aliases
+		}
+	}
+	return append(aliases, parsed.Host)
 }

@@ -43,11 +43,11 @@ func (c *Cache) Blob(ctx context.Context, up, repository, dgst string) (*Blob, e
 		}
 		return b, err
 	}
-	rule := c.rules.For(up, repository, "")
+	rule := c.ruleFor(ctx, up, repository, "")
 	if policy.DecideDigest(rule, false) == policy.Forbid {
 		return nil, forbidden(fmt.Sprintf("blob %s/%s@%s", up, repository, dgst), up)
 	}
-	d, err := c.join(client, repository, dgst, rule)
+	d, err := c.join(ctx, client, repository, dgst, rule)
 	if err != nil || d == nil {
 		// d == nil: the download finished between our two looks at the store.
 		if err != nil {
@@ -106,7 +106,7 @@ func (c *Cache) awaitStored(ctx context.Context, d *download) (*Blob, error) {
 
 // join returns the download of dgst in progress, starting one if there is none, with a reference held for
 // the caller. It returns nil when the blob reached the store meanwhile.
-func (c *Cache) join(client *upstream.Client, repository, dgst string, rule policy.Rule) (*download, error) {
+func (c *Cache) join(ctx context.Context, client *upstream.Client, repository, dgst string, rule policy.Rule) (*download, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d, ok := c.downloads[dgst]; ok {
@@ -128,15 +128,16 @@ func (c *Cache) join(client *upstream.Client, repository, dgst string, rule poli
 	d := newDownload(dgst, file)
 	d.acquire()
 	c.downloads[dgst] = d
-	go c.download(d, w, client, repository, rule)
+	go c.download(context.WithoutCancel(ctx), d, w, client, repository, rule)
 	return d, nil
 }
 
-// download fetches the blob into w. It runs detached from the requests that started it: clients that give
-// up do not waste the bytes already fetched for the others, and a stall is cut by the idle timeout.
-func (c *Cache) download(d *download, w *store.Writer, client *upstream.Client, repository string, rule policy.Rule) {
+// download fetches the blob into w. It runs detached from the cancellation of the request that started it
+// (keeping its values, such as a pull secret's credentials): clients that give up do not waste the bytes
+// already fetched for the others, and a stall is cut by the idle timeout.
+func (c *Cache) download(ctx context.Context, d *download, w *store.Writer, client *upstream.Client, repository string, rule policy.Rule) {
 	what := fmt.Sprintf("fetch blob %s/%s@%s", client.Name(), repository, d.digest)
-	err := c.fetchBlob(d, w, client, repository, rule, what)
+	err := c.fetchBlob(ctx, d, w, client, repository, rule, what)
 	if errors.Is(err, errPassedThrough) {
 		err = nil // served to every follower; the temp file goes with w.Abort
 	} else if err != nil {
@@ -151,8 +152,8 @@ func (c *Cache) download(d *download, w *store.Writer, client *upstream.Client, 
 	d.finish(err)
 }
 
-func (c *Cache) fetchBlob(d *download, w *store.Writer, client *upstream.Client, repository string, rule policy.Rule, what string) error {
-	resp, err := client.GetBlob(context.Background(), repository, d.digest, rule.UpstreamTimeout)
+func (c *Cache) fetchBlob(ctx context.Context, d *download, w *store.Writer, client *upstream.Client, repository string, rule policy.Rule, what string) error {
+	resp, err := client.GetBlob(ctx, repository, d.digest, rule.UpstreamTimeout)
 	if err != nil {
 		return upstreamFailure(what, err)
 	}

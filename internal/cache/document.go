@@ -44,7 +44,7 @@ func (c *Cache) document(ctx context.Context, up, repository, suffix, rawQuery, 
 	if err != nil {
 		return nil, err
 	}
-	rule := c.rules.For(up, repository, "")
+	rule := c.ruleFor(ctx, up, repository, "")
 	cached, err := c.store.Doc(key...)
 	have := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {

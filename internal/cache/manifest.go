@@ -49,7 +49,7 @@ func (c *Cache) manifestByDigest(ctx context.Context, client *upstream.Client, r
 		}
 		return m, err
 	}
-	rule := c.rules.For(client.Name(), repository, "")
+	rule := c.ruleFor(ctx, client.Name(), repository, "")
 	if policy.DecideDigest(rule, false) == policy.Forbid {
 		return nil, forbidden(what, client.Name())
 	}
@@ -66,7 +66,7 @@ func (c *Cache) manifestByDigest(ctx context.Context, client *upstream.Client, r
 
 func (c *Cache) manifestByTag(ctx context.Context, client *upstream.Client, repository, tag string) (*Manifest, error) {
 	up := client.Name()
-	rule := c.rules.For(up, repository, tag)
+	rule := c.ruleFor(ctx, up, repository, tag)
 	rec, cached, err := c.cachedTag(up, repository, tag)
 	if err != nil {
 		return nil, err

@@ -22,9 +22,21 @@ func (m *Manager) collectLater(candidates []string) {
 
 func (m *Manager) collect(candidates []string) {
 	inUse := map[string]bool{}
+	m.mu.RLock()
 	for _, s := range m.sets {
 		for _, d := range digests(s.current.Load()) {
 			inUse[d] = true
+		}
+	}
+	m.mu.RUnlock()
+	// Sets no longer served (a deleted resource's) still own their content until eviction decides.
+	if names, err := m.store.Sets(); err == nil {
+		for _, name := range names {
+			if v, err := m.store.Set(name); err == nil {
+				for _, d := range digests(&v) {
+					inUse[d] = true
+				}
+			}
 		}
 	}
 	var removed int

@@ -29,9 +29,9 @@ func (m *Manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name, file, _ := strings.Cut(rest, "/")
-	s, ok := m.sets[name]
+	s, ok := m.get(name)
 	if !ok {
-		http.Error(w, fmt.Sprintf("no file set named %q; configured sets: %s", name, strings.Join(m.order, ", ")), http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("no file set named %q; sets served: %s", name, strings.Join(m.Names(), ", ")), http.StatusNotFound)
 		return
 	}
 	if file == "" {
@@ -94,7 +94,7 @@ func (m *Manager) ServeAPI(w http.ResponseWriter, r *http.Request) {
 	case rest == "" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, map[string][]Status{"sets": m.Statuses()})
 	case action == "" && r.Method == http.MethodGet:
-		if s, ok := m.sets[name]; ok {
+		if s, ok := m.get(name); ok {
 			writeJSON(w, http.StatusOK, m.status(s))
 			return
 		}

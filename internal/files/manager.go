@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
 	"time"
 
 	"imagecache.io/imagecache/internal/config"
@@ -25,9 +28,12 @@ type Manager struct {
 	images  Images // for oci:// sources; nil when there is no registry side
 	hosts   []config.Upstream
 	log     *slog.Logger
-	sets    map[string]*set
-	order   []string
 	grace   time.Duration // before replaced files are removed
+
+	mu    sync.RWMutex
+	sets  map[string]*set
+	order []string
+	run   context.Context // set by Run; sets added later start their loops in it
 }
 
 // NewManager loads the published version of each set from the store, so that serving starts at once,
@@ -35,13 +41,9 @@ type Manager struct {
 func NewManager(st *store.Store, sets []config.FileSet, images Images, upstreams []config.Upstream, log *slog.Logger) (*Manager, error) {
 	m := &Manager{store: st, fetcher: &Fetcher{}, images: images, hosts: upstreams, log: log, sets: map[string]*set{}, grace: DefaultGrace}
 	for _, cfg := range sets {
-		s := newSet(cfg)
-		v, err := st.Set(cfg.Set)
-		switch {
-		case err == nil:
-			s.current.Store(&v)
-		case !errors.Is(err, store.ErrNotFound):
-			return nil, fmt.Errorf("load file set %s: %w", cfg.Set, err)
+		s, err := m.load(cfg)
+		if err != nil {
+			return nil, err
 		}
 		m.sets[cfg.Set] = s
 		m.order = append(m.order, cfg.Set)
@@ -49,11 +51,83 @@ func NewManager(st *store.Store, sets []config.FileSet, images Images, upstreams
 	return m, nil
 }
 
+// load makes a set for cfg with the version already published under its name, if any.
+func (m *Manager) load(cfg config.FileSet) (*set, error) {
+	s := newSet(cfg)
+	v, err := m.store.Set(cfg.Set)
+	switch {
+	case err == nil:
+		s.current.Store(&v)
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("load file set %s: %w", cfg.Set, err)
+	}
+	return s, nil
+}
+
+// Ensure serves the set cfg from now on (the custom resources' sets): a new set starts fetching at once; a
+// changed one keeps serving its published version until the new recipe's first fetch replaces it.
+func (m *Manager) Ensure(cfg config.FileSet) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.sets[cfg.Set]; ok {
+		if reflect.DeepEqual(old.cfg, cfg) {
+			return nil
+		}
+		old.stop()
+	} else {
+		m.order = append(m.order, cfg.Set)
+	}
+	s, err := m.load(cfg)
+	if err != nil {
+		return err
+	}
+	m.sets[cfg.Set] = s
+	if m.run != nil {
+		m.start(s)
+	}
+	return nil
+}
+
+// Remove stops serving the set and refreshing it. Its content stays in the store, evictable once unpinned.
+func (m *Manager) Remove(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sets[name]; ok {
+		s.stop()
+		delete(m.sets, name)
+		m.order = slices.DeleteFunc(m.order, func(n string) bool { return n == name })
+	}
+}
+
+// Names lists the sets served, in the order they were added.
+func (m *Manager) Names() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Clone(m.order)
+}
+
+func (m *Manager) get(name string) (*set, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s, ok := m.sets[name]
+	return s, ok
+}
+
+// start runs s's refresh loop until the manager stops or the set is removed. Callers hold m.mu.
+func (m *Manager) start(s *set) {
+	ctx, cancel := context.WithCancel(m.run)
+	s.stop = cancel
+	go m.loop(ctx, s)
+}
+
 // Run refreshes every set now and then on its interval, retrying failures with capped exponential backoff,
 // until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.run = ctx
 	for _, name := range m.order {
-		go m.loop(ctx, m.sets[name])
+		m.start(m.sets[name])
 	}
 }
 
@@ -83,7 +157,7 @@ func (m *Manager) loop(ctx context.Context, s *set) {
 
 // Refresh runs one refresh of the named set now (after any running one) and returns its status.
 func (m *Manager) Refresh(ctx context.Context, name string) (Status, error) {
-	s, ok := m.sets[name]
+	s, ok := m.get(name)
 	if !ok {
 		return Status{}, fmt.Errorf("no file set named %q", name)
 	}
@@ -118,11 +192,26 @@ type FileStatus struct {
 
 // Statuses lists every set in config order.
 func (m *Manager) Statuses() []Status {
-	out := make([]Status, 0, len(m.order))
+	m.mu.RLock()
+	sets := make([]*set, 0, len(m.order))
 	for _, name := range m.order {
-		out = append(out, m.status(m.sets[name]))
+		sets = append(sets, m.sets[name])
+	}
+	m.mu.RUnlock()
+	out := make([]Status, 0, len(sets))
+	for _, s := range sets {
+		out = append(out, m.status(s))
 	}
 	return out
+}
+
+// Status reports one set.
+func (m *Manager) Status(name string) (Status, bool) {
+	s, ok := m.get(name)
+	if !ok {
+		return Status{}, false
+	}
+	return m.status(s), true
 }
 
 func (m *Manager) status(s *set) Status {

@@ -30,6 +30,7 @@ type set struct {
 	cfg     config.FileSet
 	recipe  string
 	current atomic.Pointer[store.SetVersion]
+	stop    context.CancelFunc // ends the refresh loop; set when it starts
 
 	refreshing sync.Mutex // one refresh at a time
 
@@ -46,7 +47,7 @@ func newSet(cfg config.FileSet) *set {
 	for _, r := range cfg.Extract {
 		fmt.Fprintf(h, "%s\x00%s\x00", r.From, r.To)
 	}
-	return &set{cfg: cfg, recipe: hex.EncodeToString(h.Sum(nil))[:16]}
+	return &set{cfg: cfg, recipe: hex.EncodeToString(h.Sum(nil))[:16], stop: func() {}}
 }
 
 func (s *set) state() (State, error) {

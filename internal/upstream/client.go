@@ -21,12 +21,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	icconfig "imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/reference"
 )
 
 // Client fetches from one configured upstream registry.
 type Client struct {
 	name   string
-	scheme string // http or https, exactly as configured
+	hosts  []string // what credentials in a docker config may be keyed by
+	scheme string   // http or https, exactly as configured
 	reg    name.Registry
 	auth   authn.Authenticator
 	base   http.RoundTripper
@@ -61,7 +63,11 @@ func New(u icconfig.Upstream, wrap func(upstream string, rt http.RoundTripper) h
 	if wrap != nil {
 		rt = wrap(u.Name, rt)
 	}
-	return &Client{name: u.Name, scheme: parsed.Scheme, reg: reg, auth: auth, base: rt, transports: map[string]http.RoundTripper{}}, nil
+	hosts := append([]string{parsed.Host, u.Name}, u.Aliases...)
+	if reference.IsDockerHubHost(u.Name) || reference.IsDockerHubHost(parsed.Host) {
+		hosts = append(hosts, authn.DefaultAuthKey)
+	}
+	return &Client{name: u.Name, hosts: hosts, scheme: parsed.Scheme, reg: reg, auth: auth, base: rt, transports: map[string]http.RoundTripper{}}, nil
 }
 
 // Name is the configured name of the upstream.
@@ -154,19 +160,23 @@ func (p *pinnedScheme) RoundTrip(req *http.Request) (*http.Response, error) {
 // transport returns the authenticated transport for a repository, doing the registry's auth handshake
 // (ping, token) on first use. Failures are not remembered: the next request tries again.
 func (c *Client) transport(ctx context.Context, repository string) (http.RoundTripper, error) {
+	key, auth := repository, c.auth
+	if a, ok := authFrom(ctx); ok {
+		key, auth = repository+"\x00"+a.id, a.auth
+	}
 	c.mu.Lock()
-	rt, ok := c.transports[repository]
+	rt, ok := c.transports[key]
 	c.mu.Unlock()
 	if ok {
 		return rt, nil
 	}
 	repo := c.reg.Repo(repository)
-	rt, err := transport.NewWithContext(ctx, c.reg, c.auth, c.base, []string{repo.Scope(transport.PullScope)})
+	rt, err := transport.NewWithContext(ctx, c.reg, auth, c.base, []string{repo.Scope(transport.PullScope)})
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.transports[repository] = rt
+	c.transports[key] = rt
 	c.mu.Unlock()
 	return rt, nil
 }

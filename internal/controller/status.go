@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"imagecache.io/imagecache/api/v1alpha1"
+	"imagecache.io/imagecache/internal/files"
+)
+
+func client404(err error) bool { return apierrors.IsNotFound(err) }
+
+// setConditions writes Ready and Degraded from the problems found.
+func setConditions(conds *[]metav1.Condition, generation int64, ready bool, readyReason, readyMsg string, problems []string) {
+	status := metav1.ConditionFalse
+	if ready {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(conds, metav1.Condition{Type: v1alpha1.ConditionReady, Status: status, Reason: readyReason,
+		Message: readyMsg, ObservedGeneration: generation})
+	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "AllFetched",
+		Message: "every entry was fetched or confirmed at the last check", ObservedGeneration: generation}
+	if len(problems) > 0 {
+		degraded.Status, degraded.Reason = metav1.ConditionTrue, "FetchProblems"
+		degraded.Message = joinMax(problems, 5)
+	}
+	meta.SetStatusCondition(conds, degraded)
+}
+
+func joinMax(msgs []string, n int) string {
+	out := ""
+	for i, m := range msgs {
+		if i == n {
+			return out + fmt.Sprintf("; and %d more", len(msgs)-n)
+		}
+		if i > 0 {
+			out += "; "
+		}
+		out += m
+	}
+	return out
+}
+
+// fileSetState maps a served set's state to the resource vocabulary.
+func fileSetState(s files.State) string {
+	switch s {
+	case files.Ready:
+		return v1alpha1.StateCached
+	case files.Stale:
+		return v1alpha1.StateStale
+	case files.Pending:
+		return v1alpha1.StateFetching
+	}
+	return v1alpha1.StateFailed
+}
+
+// human prints a byte count in binary units.
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func timePtr(t metav1.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
