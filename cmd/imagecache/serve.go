@@ -130,6 +130,7 @@ func serve(ctx context.Context, o serveOptions) error {
 	api.HandleFunc("/api/v1/sets/", sets.ServeAPI)
 	api.Handle("/api/v1/gc", admin.GC(evictor))
 	api.Handle("/api/v1/verify", admin.Verify(st))
+	api.Handle("/api/v1/pins", admin.Pins(st))
 	router := reference.NewRouter(routes)
 	handler := server.Handler(server.Routes{
 		Registry: registry.New(c, router, log, m.ObserveRequest),

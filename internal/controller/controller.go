@@ -15,7 +15,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"imagecache.io/imagecache/api/v1alpha1"
 	"imagecache.io/imagecache/internal/cache"
@@ -41,23 +44,83 @@ type Deps struct {
 
 // Setup registers both controllers and the start-up sweep with mgr.
 func Setup(mgr manager.Manager, d Deps) error {
-	base := reconciler{deps: d, client: mgr.GetClient(), elected: mgr.Elected(), events: mgr.GetEventRecorderFor("imagecache")}
+	base := reconciler{deps: d, client: mgr.GetClient(), secrets: mgr.GetAPIReader(), elected: mgr.Elected(), events: mgr.GetEventRecorderFor("imagecache")}
 	everyReplica := controller.Options{NeedLeaderElection: ptr.To(false)}
+	// A file set's refresh finishes on its own schedule; its owner is reconciled when it does, so status
+	// follows the set within moments rather than at the next periodic reconcile.
+	icChanges, ironicChanges := make(chan event.GenericEvent, 64), make(chan event.GenericEvent, 64)
+	d.Files.OnChange = func(set string) {
+		kind, key, ok := ownerOfSet(set)
+		if !ok {
+			return
+		}
+		var obj client.Object = &v1alpha1.ImageCache{}
+		ch := icChanges
+		if kind == "IronicImageCache" {
+			obj, ch = &v1alpha1.IronicImageCache{}, ironicChanges
+		}
+		obj.SetNamespace(key.Namespace)
+		obj.SetName(key.Name)
+		select {
+		case ch <- event.GenericEvent{Object: obj}:
+		default: // a reconcile is already queued for plenty of reasons
+		}
+	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.ImageCache{}).WithOptions(everyReplica).
+		WatchesRawSource(source.Channel(icChanges, &handler.EnqueueRequestForObject{})).
 		Complete(&imageCacheReconciler{reconciler: base}); err != nil {
 		return fmt.Errorf("set up the ImageCache controller: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.IronicImageCache{}).WithOptions(everyReplica).
+		WatchesRawSource(source.Channel(ironicChanges, &handler.EnqueueRequestForObject{})).
 		Complete(&ironicReconciler{reconciler: base}); err != nil {
 		return fmt.Errorf("set up the IronicImageCache controller: %w", err)
 	}
 	return mgr.Add(&sweep{reconciler: base, cache: mgr.GetCache()})
 }
 
+// Set names: an ImageCache's sets are <namespace>_<name>_<set>; an IronicImageCache's are
+// <namespace>_<name>~agent[_<arch>]. Neither "_" nor "~" can appear in a namespace or resource name, so names
+// never collide and the owner can be read back.
+func imageCacheSet(key types.NamespacedName, set string) string {
+	return key.Namespace + "_" + key.Name + "_" + set
+}
+
+func ironicSet(key types.NamespacedName, arch string) string {
+	name := key.Namespace + "_" + key.Name + "~agent"
+	if arch != "" {
+		name += "_" + arch
+	}
+	return name
+}
+
+// setsOf is the prefix of every set a resource creates.
+func setsOf(kind string, key types.NamespacedName) string {
+	if kind == "IronicImageCache" {
+		return key.Namespace + "_" + key.Name + "~"
+	}
+	return key.Namespace + "_" + key.Name + "_"
+}
+
+func ownerOfSet(set string) (kind string, key types.NamespacedName, ok bool) {
+	kind = "ImageCache"
+	if i := strings.IndexByte(set, '~'); i >= 0 {
+		kind, set = "IronicImageCache", set[:i]+"_"
+	}
+	parts := strings.SplitN(set, "_", 3)
+	if len(parts) < 3 || parts[0] == "" || parts[1] == "" {
+		return "", types.NamespacedName{}, false
+	}
+	return kind, types.NamespacedName{Namespace: parts[0], Name: parts[1]}, true
+}
+
 // reconciler is what both controllers share.
 type reconciler struct {
-	deps    Deps
-	client  client.Client
+	deps   Deps
+	client client.Client
+	// secrets reads Secrets straight from the API server: the RBAC grants get only (no list/watch of every
+	// Secret in the cluster), which a cached client would need.
+	secrets client.Reader
 	elected <-chan struct{}
 	events  record.EventRecorder
 }
@@ -76,22 +139,21 @@ func owner(kind string, key types.NamespacedName) string {
 	return "k8s/" + kind + "/" + key.Namespace + "/" + key.Name
 }
 
-// setName is a served file set's name: "_" cannot appear in namespaces or resource names, so it cannot be
-// ambiguous.
-func setName(key types.NamespacedName, parts ...string) string {
-	return strings.Join(append([]string{key.Namespace, key.Name}, parts...), "_")
-}
-
 // release drops everything a resource holds in this replica: its pins and the file sets it created. The
 // content stays cached, evictable.
 func (r *reconciler) release(kind string, key types.NamespacedName) error {
-	prefix := setName(key) + "_"
+	r.dropSets(kind, key, nil)
+	return r.deps.Store.SetPins(owner(kind, key), nil)
+}
+
+// dropSets removes the sets a resource created that are not in keep.
+func (r *reconciler) dropSets(kind string, key types.NamespacedName, keep map[string]bool) {
+	prefix := setsOf(kind, key)
 	for _, name := range r.deps.Files.Names() {
-		if name == setName(key) || strings.HasPrefix(name, prefix) {
+		if strings.HasPrefix(name, prefix) && !keep[name] {
 			r.deps.Files.Remove(name)
 		}
 	}
-	return r.deps.Store.SetPins(owner(kind, key), nil)
 }
 
 // handleDeletion releases a resource that is gone or going, and lets the leader remove the finalizer.

@@ -70,7 +70,7 @@ func (r *imageCacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	requeue := refreshInterval(ic.Spec.RefreshInterval)
 	wanted := map[string]bool{}
 	for _, f := range ic.Spec.Files {
-		name := setName(req.NamespacedName, f.Name)
+		name := imageCacheSet(req.NamespacedName, f.Name)
 		wanted[name] = true
 		fs, size := r.fileSet(name, f, refreshInterval(ic.Spec.RefreshInterval))
 		st.Files = append(st.Files, fs)
@@ -84,7 +84,7 @@ func (r *imageCacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			requeue = min(requeue, failedRecheck)
 		}
 	}
-	r.dropUnwantedSets(req.NamespacedName, wanted)
+	r.dropSets("ImageCache", req.NamespacedName, wanted)
 	if err := r.deps.Store.SetPins(owner("ImageCache", req.NamespacedName), pins); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -179,23 +179,13 @@ func (r *imageCacheReconciler) fileSet(name string, f v1alpha1.FileSetSpec, refr
 	return st, size
 }
 
-// dropUnwantedSets removes the sets this resource no longer declares.
-func (r *imageCacheReconciler) dropUnwantedSets(key types.NamespacedName, wanted map[string]bool) {
-	prefix := setName(key) + "_"
-	for _, name := range r.deps.Files.Names() {
-		if strings.HasPrefix(name, prefix) && !wanted[name] {
-			r.deps.Files.Remove(name)
-		}
-	}
-}
-
 // pullSecrets reads the declared dockerconfigjson Secrets; problems are reported, not fatal.
 func (r *imageCacheReconciler) pullSecrets(ctx context.Context, ic *v1alpha1.ImageCache) ([]*configfile.ConfigFile, []string) {
 	var out []*configfile.ConfigFile
 	var problems []string
 	for _, ref := range ic.Spec.PullSecrets {
 		var s corev1.Secret
-		if err := r.client.Get(ctx, types.NamespacedName{Namespace: ic.Namespace, Name: ref.Name}, &s); err != nil {
+		if err := r.secrets.Get(ctx, types.NamespacedName{Namespace: ic.Namespace, Name: ref.Name}, &s); err != nil {
 			problems = append(problems, fmt.Sprintf("pull secret %s/%s: %v", ic.Namespace, ref.Name, err))
 			continue
 		}

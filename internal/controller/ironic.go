@@ -41,11 +41,11 @@ func agentArches(key types.NamespacedName, spec v1alpha1.IronicImageCacheSpec) [
 	var out []agentArch
 	for _, a := range arches {
 		if icconfig.NormalizeArchitecture(a) == "amd64" {
-			out = append(out, agentArch{arch: a, set: setName(key), source: base + "/" + stem + ".tar.gz",
+			out = append(out, agentArch{arch: a, set: ironicSet(key, ""), source: base + "/" + stem + ".tar.gz",
 				kernel: agentFileBase + ".kernel", initramfs: agentFileBase + ".initramfs"})
 			continue
 		}
-		out = append(out, agentArch{arch: a, set: setName(key, a), source: base + "/" + stem + "_" + a + ".tar.gz",
+		out = append(out, agentArch{arch: a, set: ironicSet(key, a), source: base + "/" + stem + "_" + a + ".tar.gz",
 			kernel: agentFileBase + "_" + a + ".kernel", initramfs: agentFileBase + "_" + a + ".initramfs"})
 	}
 	return out
@@ -99,11 +99,7 @@ func (r *ironicReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			ready = false
 		}
 	}
-	for _, name := range r.deps.Files.Names() {
-		if (name == setName(req.NamespacedName) || strings.HasPrefix(name, setName(req.NamespacedName)+"_")) && !wanted[name] {
-			r.deps.Files.Remove(name)
-		}
-	}
+	r.dropSets("IronicImageCache", req.NamespacedName, wanted)
 	if err := r.deps.Store.SetPins(owner("IronicImageCache", req.NamespacedName), pins); err != nil {
 		return ctrl.Result{}, err
 	}

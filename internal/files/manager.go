@@ -30,6 +30,10 @@ type Manager struct {
 	log     *slog.Logger
 	grace   time.Duration // before replaced files are removed
 
+	// OnChange, when set, is called with a set's name after each of its refresh attempts (the controllers
+	// follow the sets they created through it). It must not block.
+	OnChange func(set string)
+
 	mu    sync.RWMutex
 	sets  map[string]*set
 	order []string

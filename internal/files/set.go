@@ -76,6 +76,9 @@ func (m *Manager) refresh(ctx context.Context, s *set) error {
 	if err != nil {
 		m.log.Warn("file set refresh failed", "set", s.cfg.Set, "source", s.cfg.URL, "error", err)
 	}
+	if m.OnChange != nil {
+		m.OnChange(s.cfg.Set)
+	}
 	return err
 }
 

@@ -61,6 +61,12 @@ type cacheProc struct {
 // the test failed.
 func startImagecache(t testing.TB, configYAML string) *cacheProc {
 	t.Helper()
+	return startImagecacheWith(t, configYAML)
+}
+
+// startImagecacheWith is startImagecache with more flags for serve (e.g. --kubeconfig).
+func startImagecacheWith(t testing.TB, configYAML string, extraArgs ...string) *cacheProc {
+	t.Helper()
 	bin := buildImagecache(t)
 	dir := t.TempDir()
 	c := &cacheProc{
@@ -79,7 +85,7 @@ func startImagecache(t testing.TB, configYAML string) *cacheProc {
 	c.proc = proc{
 		name:    "imagecache",
 		path:    bin,
-		args:    []string{"serve", "--config", c.ConfigPath},
+		args:    append([]string{"serve", "--config", c.ConfigPath}, extraArgs...),
 		logPath: filepath.Join(dir, "imagecache.log"),
 	}
 	t.Cleanup(func() {
