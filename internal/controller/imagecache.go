@@ -107,6 +107,13 @@ func (r *imageCacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return ctrl.Result{}, err
 		}
 	}
+	for _, is := range st.Images {
+		if is.State == v1alpha1.StateFailed {
+			// An error makes controller-runtime retry with exponential backoff (not a hot loop, and not an
+			// hour's wait for a transient failure). The status above already says what failed.
+			return ctrl.Result{}, fmt.Errorf("image %s: %s", is.Ref, is.Message)
+		}
+	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 

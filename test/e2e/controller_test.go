@@ -203,6 +203,16 @@ func TestImageCacheResource(t *testing.T) {
 			t.Fatalf("GET %s: %d, %d bytes", f.URL, a.Status, len(a.Body))
 		}
 	}
+	var events corev1.EventList
+	waitFor(t, 10*time.Second, "a Fetched event", func() error {
+		k.client.List(ctx, &events, client.InNamespace("default"))
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == key.Name && e.Reason == "Fetched" && strings.Contains(e.Message, single) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Fetched event for %s among %d events", single, len(events.Items))
+	})
 	owner := "k8s/ImageCache/default/platform"
 	pins := strings.Join(pinsOf(t, c, owner), " ")
 	for _, want := range []string{"upstream.test/team/app:v1", "upstream.test/team/multi:v1", "files/default_platform_ipa"} {
