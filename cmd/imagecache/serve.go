@@ -27,6 +27,7 @@ import (
 	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/registry"
 	"imagecache.io/imagecache/internal/server"
+	"imagecache.io/imagecache/internal/stats"
 	"imagecache.io/imagecache/internal/store"
 	"imagecache.io/imagecache/internal/upstream"
 )
@@ -102,6 +103,8 @@ func serve(ctx context.Context, o serveOptions) error {
 	defer st.Close()
 
 	m := metrics.New()
+	statistics := stats.New()
+	m.OnUpstream = statistics.Upstream
 	clients := map[string]*upstream.Client{}
 	var routes []reference.Upstream
 	for _, u := range cfg.Upstreams {
@@ -125,19 +128,14 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	api := http.NewServeMux()
-	api.HandleFunc("/api/v1/sets", sets.ServeAPI)
-	api.HandleFunc("/api/v1/sets/", sets.ServeAPI)
-	api.Handle("/api/v1/gc", admin.GC(evictor))
-	api.Handle("/api/v1/verify", admin.Verify(st))
-	api.Handle("/api/v1/pins", admin.Pins(st))
 	router := reference.NewRouter(routes)
 	handler := server.Handler(server.Routes{
-		Registry: registry.New(c, router, log, m.ObserveRequest),
+		Registry: registry.New(c, router, log, observer{m, statistics}),
 		Files:    sets,
-		API:      api,
-		Metrics:  promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
-		Ready:    func() ([]string, error) { return readiness(evictor, cfg.Storage.MaxSize) },
+		API: admin.New(admin.Deps{Config: cfg, Store: st, Cache: c, Files: sets, Evictor: evictor,
+			Stats: statistics, Router: router, Log: log}),
+		Metrics: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
+		Ready:   func() ([]string, error) { return readiness(evictor, cfg.Storage.MaxSize) },
 	}, log, o.accessLog)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -298,3 +296,21 @@ func withURLHost(u config.Upstream) []string {
 	}
 	return append(aliases, parsed.Host)
 }
+
+// observer feeds what the registry handler sees to the metrics and to the status page's stats.
+type observer struct {
+	m *metrics.Metrics
+	s *stats.Stats
+}
+
+func (o observer) Request(api, result string) {
+	o.m.ObserveRequest(api, result)
+	o.s.Request(result)
+}
+
+func (o observer) Served(fromCache bool, n int64) {
+	o.m.ObserveServed(fromCache, n)
+	o.s.Bytes(fromCache, n)
+}
+
+func (o observer) Problem(kind, api, name, message string) { o.s.Problem(kind, api, name, message) }

@@ -23,6 +23,10 @@ type Metrics struct {
 	UpstreamRequests *prometheus.CounterVec
 	// UpstreamLatency is the time to an upstream's response headers, by upstream.
 	UpstreamLatency *prometheus.HistogramVec
+	// ServedBytes counts content bytes sent to clients by source (cache, upstream).
+	ServedBytes *prometheus.CounterVec
+	// OnUpstream, when set, also hears every upstream round trip (the status page's upstream health).
+	OnUpstream func(upstream string, failed bool, message string)
 	// Evictions counts evicted units by kind (image, set, blob); EvictedBytes the bytes they freed.
 	Evictions    *prometheus.CounterVec
 	EvictedBytes prometheus.Counter
@@ -46,6 +50,10 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 13),
 		}, []string{"upstream"}),
 	}
+	m.ServedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "imagecache_served_bytes_total",
+		Help: "Content bytes sent to clients, by source: cache (stored content) or upstream (streamed while fetched).",
+	}, []string{"source"})
 	m.Evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "imagecache_evictions_total",
 		Help: "Units evicted to stay under storage.maxSize, by kind (image, set, blob).",
@@ -54,13 +62,22 @@ func New() *Metrics {
 		Name: "imagecache_evicted_bytes_total",
 		Help: "Bytes freed by eviction.",
 	})
-	m.Registry.MustRegister(m.Requests, m.UpstreamRequests, m.UpstreamLatency, m.Evictions, m.EvictedBytes,
+	m.Registry.MustRegister(m.Requests, m.UpstreamRequests, m.UpstreamLatency, m.ServedBytes, m.Evictions, m.EvictedBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // ObserveRequest counts one API request.
 func (m *Metrics) ObserveRequest(api, result string) { m.Requests.WithLabelValues(api, result).Inc() }
+
+// ObserveServed counts content bytes sent to clients.
+func (m *Metrics) ObserveServed(fromCache bool, n int64) {
+	source := "upstream"
+	if fromCache {
+		source = "cache"
+	}
+	m.ServedBytes.WithLabelValues(source).Add(float64(n))
+}
 
 // GaugeFunc registers a gauge whose value is read from f at scrape time.
 func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
@@ -83,6 +100,16 @@ func (m *Metrics) WrapUpstream(upstream string, rt http.RoundTripper) http.Round
 			m.UpstreamLatency.WithLabelValues(upstream).Observe(time.Since(start).Seconds())
 		}
 		m.UpstreamRequests.WithLabelValues(upstream, req.Method, code).Inc()
+		if m.OnUpstream != nil {
+			switch {
+			case err != nil:
+				m.OnUpstream(upstream, true, err.Error())
+			case resp.StatusCode >= 500 || resp.StatusCode == 429:
+				m.OnUpstream(upstream, true, req.Method+" "+req.URL.Path+": "+resp.Status)
+			default:
+				m.OnUpstream(upstream, false, "")
+			}
+		}
 		return resp, err
 	})
 }

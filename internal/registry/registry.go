@@ -4,6 +4,7 @@ package registry
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -13,9 +14,21 @@ import (
 	"imagecache.io/imagecache/internal/reference"
 )
 
-// Observer is told the outcome of every API request (for metrics): api is manifest, blob, tags, referrers
-// or other; result is a cache.Result in lower case, or "error".
-type Observer func(api, result string)
+// Observer is told what every API request did (for metrics and the status page): api is manifest, blob,
+// tags, referrers or other; result is a cache.Result in lower case, or "error".
+type Observer interface {
+	Request(api, result string)
+	// Served counts content bytes sent, by where they came from.
+	Served(fromCache bool, bytes int64)
+	// Problem records a stale answer ("stale") or a failure ("error") for name (upstream/repository:ref).
+	Problem(kind, api, name, message string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Request(string, string)                 {}
+func (nopObserver) Served(bool, int64)                     {}
+func (nopObserver) Problem(string, string, string, string) {}
 
 // Handler serves /v2/.
 type Handler struct {
@@ -28,7 +41,7 @@ type Handler struct {
 // New returns the /v2/ handler.
 func New(c *cache.Cache, router *reference.Router, log *slog.Logger, observe Observer) *Handler {
 	if observe == nil {
-		observe = func(string, string) {}
+		observe = nopObserver{}
 	}
 	return &Handler{cache: c, router: router, log: log, observe: observe}
 }
@@ -97,11 +110,20 @@ func apiName(k reference.Kind) string {
 
 func (h *Handler) fail(w http.ResponseWriter, api string, err error) {
 	re := asRegError(err)
-	h.observe(api, "error")
-	if re.Status >= 500 {
+	h.observe.Request(api, "error")
+	if re.Status >= 500 || re.Status == http.StatusTooManyRequests {
 		h.log.Warn("request failed", "api", api, "status", re.Status, "error", re.Message)
+		h.observe.Problem("error", api, "", re.Message)
 	}
 	re.write(w)
+}
+
+// answered counts an answer and, when it is stale, records it as a problem.
+func (h *Handler) answered(api string, r cache.Result, name string) {
+	h.observe.Request(api, strings.ToLower(string(r)))
+	if r == cache.Stale {
+		h.observe.Problem("stale", api, name, "the upstream could not be checked; served the last known good answer")
+	}
 }
 
 func setResult(w http.ResponseWriter, r cache.Result) {
@@ -123,11 +145,13 @@ func (h *Handler) manifest(w http.ResponseWriter, r *http.Request, up, repositor
 		h.fail(w, "manifest", err)
 		return
 	}
-	h.observe("manifest", strings.ToLower(string(m.Result)))
+	h.answered("manifest", m.Result, up+"/"+repository+refSep(ref)+ref)
 	setResult(w, m.Result)
 	immutable(w, m.Digest)
 	w.Header().Set("Content-Type", m.MediaType)
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(m.Body))
+	cw := &countingWriter{ResponseWriter: w}
+	http.ServeContent(cw, r, "", time.Time{}, bytes.NewReader(m.Body))
+	h.observe.Served(m.Result != cache.Miss, cw.n)
 }
 
 func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, dgst string) {
@@ -137,12 +161,14 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, d
 		return
 	}
 	defer b.Close()
-	h.observe("blob", strings.ToLower(string(b.Result)))
+	h.answered("blob", b.Result, up+"/"+repository+"@"+dgst)
 	setResult(w, b.Result)
 	immutable(w, dgst)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Cache-Control", "max-age=31536000, immutable")
-	http.ServeContent(w, r, "", time.Time{}, b.Content)
+	cw := &countingWriter{ResponseWriter: w}
+	http.ServeContent(cw, r, "", time.Time{}, b.Content)
+	h.observe.Served(b.Result == cache.Hit, cw.n)
 	if err := b.Err(); err != nil && r.Context().Err() == nil {
 		// The promised Content-Length will not be met: break the connection so the client retries instead of
 		// keeping a short or unverified body.
@@ -173,7 +199,7 @@ func (h *Handler) referrers(w http.ResponseWriter, r *http.Request, up, reposito
 }
 
 func (h *Handler) document(w http.ResponseWriter, r *http.Request, api string, d *cache.Document) {
-	h.observe(api, strings.ToLower(string(d.Result)))
+	h.answered(api, d.Result, r.URL.Path)
 	setResult(w, d.Result)
 	for k, v := range d.Header {
 		w.Header().Set(k, v)
@@ -212,3 +238,30 @@ func rewriteLink(link, clientName, ns string) string {
 	}
 	return link[:start+1] + path + link[end:]
 }
+
+func refSep(ref string) string {
+	if strings.Contains(ref, ":") {
+		return "@"
+	}
+	return ":"
+}
+
+// countingWriter counts body bytes while keeping ReadFrom, so files still go out with sendfile.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) ReadFrom(src io.Reader) (int64, error) {
+	n, err := io.Copy(c.ResponseWriter, src)
+	c.n += n
+	return n, err
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }

@@ -16,6 +16,7 @@ type Routes struct {
 	Registry http.Handler                          // /v2/
 	Files    http.Handler                          // /files/
 	API      http.Handler                          // /api/v1/
+	UI       http.Handler                          // /ui (nil: not served)
 	Metrics  http.Handler                          // /metrics
 	Ready    func() (warnings []string, err error) // err: not ready; warnings: ready, but someone should look
 }
@@ -38,6 +39,10 @@ func Handler(r Routes, log *slog.Logger, accessLog bool) http.Handler {
 	mux.Handle("/metrics", r.Metrics)
 	mux.Handle("/files/", r.Files)
 	mux.Handle("/api/v1/", r.API)
+	if r.UI != nil {
+		mux.Handle("/ui", r.UI)
+		mux.Handle("/ui/", r.UI)
+	}
 	// /v2 bypasses the mux: ServeMux answers paths with "..", "." or "//" with a redirect to the cleaned
 	// path, which would send a client to another repository (or a write to be retried there) instead of
 	// telling it that its name is invalid. The registry handler validates every path itself.
