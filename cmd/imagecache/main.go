@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"imagecache.io/imagecache/internal/reqlog"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; otherwise the module version is used.
@@ -84,9 +86,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(reqlog.Handler{Handler: slog.NewJSONHandler(w, opts)}), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(reqlog.Handler{Handler: slog.NewTextHandler(w, opts)}), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, text or json", format)
 }

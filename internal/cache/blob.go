@@ -142,9 +142,9 @@ func (c *Cache) download(ctx context.Context, d *download, w *store.Writer, clie
 		err = nil // served to every follower; the temp file goes with w.Abort
 	} else if err != nil {
 		w.Abort()
-		c.log.Warn("blob download failed", "upstream", client.Name(), "repository", repository, "digest", d.digest, "error", err)
+		c.log.WarnContext(ctx, "blob download failed", "upstream", client.Name(), "repository", repository, "digest", d.digest, "error", err)
 	} else {
-		c.log.Info("fetched blob", "upstream", client.Name(), "repository", repository, "digest", d.digest, "size", w.Written())
+		c.log.InfoContext(ctx, "fetched blob", "upstream", client.Name(), "repository", repository, "digest", d.digest, "size", w.Written())
 	}
 	c.mu.Lock()
 	delete(c.downloads, d.digest)
@@ -210,7 +210,7 @@ func (c *Cache) fetchBlob(ctx context.Context, d *download, w *store.Writer, cli
 			return badUpstreamContent(what, err)
 		}
 		w.Abort()
-		c.log.Info("streamed blob through without storing it (over storage.maxObjectSize)", "digest", d.digest, "size", w.Written(), "maxObjectSize", c.MaxObjectSize)
+		c.log.InfoContext(ctx, "streamed blob through without storing it (over storage.maxObjectSize)", "digest", d.digest, "size", w.Written(), "maxObjectSize", c.MaxObjectSize)
 		return errPassedThrough
 	}
 	if err := w.Commit(""); err != nil {

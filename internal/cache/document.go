@@ -59,7 +59,7 @@ func (c *Cache) document(ctx context.Context, up, repository, suffix, rawQuery, 
 	doc, err := c.fetchDocument(ctx, client, repository, suffix, rawQuery, accept, rule)
 	if err != nil {
 		if have && rule.StaleIfError && upstream.IsUnavailable(err) {
-			c.log.Warn("serving stale document", "what", what, "error", err)
+			c.log.WarnContext(ctx, "serving stale document", "what", what, "error", err)
 			return fromDoc(cached, Stale), nil
 		}
 		return nil, upstreamFailure("fetch "+what, err)

@@ -139,7 +139,7 @@ func (c *Cache) revalidateTag(ctx context.Context, client *upstream.Client, repo
 	up := client.Name()
 	stale := func(err error) (*Manifest, error) {
 		if rule.StaleIfError && upstream.IsUnavailable(err) {
-			c.log.Warn("serving stale manifest", "upstream", up, "repository", repository, "tag", tag, "digest", cached.Digest, "error", err)
+			c.log.WarnContext(ctx, "serving stale manifest", "upstream", up, "repository", repository, "tag", tag, "digest", cached.Digest, "error", err)
 			m := *cached
 			m.Result = Stale
 			return &m, nil
@@ -207,7 +207,7 @@ func (c *Cache) fetchManifest(ctx context.Context, client *upstream.Client, repo
 	if err := c.store.Put(dgst, mt, got.Body); err != nil {
 		if c.noSpace(err, int64(len(got.Body))) {
 			// The client can still have what the upstream sent; it is just not kept this time.
-			c.log.Warn("storage full: serving manifest uncached", "digest", dgst, "error", err)
+			c.log.WarnContext(ctx, "storage full: serving manifest uncached", "digest", dgst, "error", err)
 			return &Manifest{Digest: dgst, MediaType: mt, Body: got.Body}, nil
 		}
 		return nil, storeFailure(err)
@@ -215,7 +215,7 @@ func (c *Cache) fetchManifest(ctx context.Context, client *upstream.Client, repo
 	if err := c.store.Link(client.Name(), repository, dgst); err != nil && !c.noSpace(err, 4096) {
 		return nil, storeFailure(err)
 	}
-	c.log.Info("fetched manifest", "upstream", client.Name(), "repository", repository, "ref", ref, "digest", dgst, "mediaType", mt, "size", len(got.Body))
+	c.log.InfoContext(ctx, "fetched manifest", "upstream", client.Name(), "repository", repository, "ref", ref, "digest", dgst, "mediaType", mt, "size", len(got.Body))
 	return &Manifest{Digest: dgst, MediaType: mt, Body: got.Body}, nil
 }
 

@@ -49,7 +49,7 @@ func New(c *cache.Cache, router *reference.Router, log *slog.Logger, observe Obs
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		h.fail(w, "other", errUnsupported)
+		h.fail(w, r, "other", errUnsupported)
 		return
 	}
 	rest := strings.TrimPrefix(r.URL.Path, "/v2")
@@ -60,17 +60,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.Contains(strings.ToLower(r.URL.EscapedPath()), "%2f") {
 		// net/http has already decoded %2F into a "/", which would pass as a path separator.
-		h.fail(w, "other", &regError{Status: http.StatusBadRequest, Code: reference.CodeNameInvalid,
+		h.fail(w, r, "other", &regError{Status: http.StatusBadRequest, Code: reference.CodeNameInvalid,
 			Message: "the path holds an escaped slash (%2F); write repository names with plain slashes"})
 		return
 	}
 	req, err := reference.ParsePath(strings.TrimPrefix(rest, "/"))
 	if err != nil {
-		h.fail(w, "other", err)
+		h.fail(w, r, "other", err)
 		return
 	}
 	if req.Kind == reference.BlobUpload {
-		h.fail(w, "blob", errUnsupported)
+		h.fail(w, r, "blob", errUnsupported)
 		return
 	}
 	ns := r.URL.Query().Get("ns")
@@ -79,7 +79,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	up, repository, err := h.router.Route(req.Name, ns)
 	if err != nil {
-		h.fail(w, apiName(req.Kind), err)
+		h.fail(w, r, apiName(req.Kind), err)
 		return
 	}
 	switch req.Kind {
@@ -108,11 +108,11 @@ func apiName(k reference.Kind) string {
 	return "other"
 }
 
-func (h *Handler) fail(w http.ResponseWriter, api string, err error) {
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, api string, err error) {
 	re := asRegError(err)
 	h.observe.Request(api, "error")
 	if re.Status >= 500 || re.Status == http.StatusTooManyRequests {
-		h.log.Warn("request failed", "api", api, "status", re.Status, "error", re.Message)
+		h.log.WarnContext(r.Context(), "request failed", "api", api, "status", re.Status, "error", re.Message)
 		h.observe.Problem("error", api, "", re.Message)
 	}
 	re.write(w)
@@ -142,7 +142,7 @@ func immutable(w http.ResponseWriter, dgst string) {
 func (h *Handler) manifest(w http.ResponseWriter, r *http.Request, up, repository, ref string) {
 	m, err := h.cache.Manifest(r.Context(), up, repository, ref)
 	if err != nil {
-		h.fail(w, "manifest", err)
+		h.fail(w, r, "manifest", err)
 		return
 	}
 	h.answered("manifest", m.Result, up+"/"+repository+refSep(ref)+ref)
@@ -157,7 +157,7 @@ func (h *Handler) manifest(w http.ResponseWriter, r *http.Request, up, repositor
 func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, dgst string) {
 	b, err := h.cache.Blob(r.Context(), up, repository, dgst)
 	if err != nil {
-		h.fail(w, "blob", err)
+		h.fail(w, r, "blob", err)
 		return
 	}
 	defer b.Close()
@@ -172,7 +172,7 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, d
 	if err := b.Err(); err != nil && r.Context().Err() == nil {
 		// The promised Content-Length will not be met: break the connection so the client retries instead of
 		// keeping a short or unverified body.
-		h.log.Warn("aborting blob response", "upstream", up, "repository", repository, "digest", dgst, "error", err)
+		h.log.WarnContext(r.Context(), "aborting blob response", "upstream", up, "repository", repository, "digest", dgst, "error", err)
 		panic(http.ErrAbortHandler)
 	}
 }
@@ -180,7 +180,7 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, d
 func (h *Handler) tags(w http.ResponseWriter, r *http.Request, up, repository, clientName string) {
 	d, err := h.cache.Tags(r.Context(), up, repository, upstreamQuery(r))
 	if err != nil {
-		h.fail(w, "tags", err)
+		h.fail(w, r, "tags", err)
 		return
 	}
 	if link := d.Header["Link"]; link != "" {
@@ -192,7 +192,7 @@ func (h *Handler) tags(w http.ResponseWriter, r *http.Request, up, repository, c
 func (h *Handler) referrers(w http.ResponseWriter, r *http.Request, up, repository, dgst string) {
 	d, err := h.cache.Referrers(r.Context(), up, repository, dgst, upstreamQuery(r))
 	if err != nil {
-		h.fail(w, "referrers", err)
+		h.fail(w, r, "referrers", err)
 		return
 	}
 	h.document(w, r, "referrers", d)

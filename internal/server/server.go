@@ -4,6 +4,7 @@ package server
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"imagecache.io/imagecache/internal/reqlog"
 	"io"
 	"log/slog"
 	"net/http"
@@ -64,13 +65,14 @@ func withRequestLog(next http.Handler, log *slog.Logger, accessLog bool) http.Ha
 			id = newID()
 		}
 		w.Header().Set("X-Request-Id", id)
+		r = r.WithContext(reqlog.WithID(r.Context(), id))
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		defer func() {
 			if !accessLog {
 				return
 			}
-			log.Info("request", "id", id, "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+			log.InfoContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 				"status", rec.status, "bytes", rec.bytes, "cache", w.Header().Get("X-Cache"),
 				"ms", float64(time.Since(start).Microseconds())/1000, "remote", r.RemoteAddr)
 		}()
