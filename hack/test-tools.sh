@@ -29,6 +29,8 @@ apt_tool() { # apt_tool COMMAND PACKAGE
 apt_tool containerd containerd
 apt_tool skopeo skopeo
 apt_tool podman podman
+# Headless Chromium loads the status page (/ui) in test/e2e/ui_test.go and screenshots it into test-artifacts/.
+apt_tool chromium chromium
 
 # The CNCF distribution registry is the real upstream in tests (~4.5 min cold on 2 cores).
 go_tool registry github.com/distribution/distribution/v3/cmd/registry@v3.1.2

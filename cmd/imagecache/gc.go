@@ -55,7 +55,7 @@ func runGC(o gcOptions) (eviction.Plan, error) {
 		if o.dryRun {
 			query = "?dryRun=true"
 		}
-		return plan, postJSON(o.server, "/api/v1/gc"+query, &plan)
+		return plan, postJSON(o.server, o.token, "/api/v1/gc"+query, &plan)
 	}
 	st, cfg, err := o.open()
 	if err != nil {

@@ -20,7 +20,7 @@ var version = ""
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "imagecache:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -39,6 +39,12 @@ when the upstream is down.`,
 	root.AddCommand(newFetchCommand())
 	root.AddCommand(newVerifyCommand())
 	root.AddCommand(newNodeConfigCommand())
+	root.AddCommand(newPullCommand())
+	root.AddCommand(newLsCommand())
+	root.AddCommand(newRmCommand())
+	root.AddCommand(newStatsCommand())
+	root.AddCommand(newRefreshCommand())
+	root.AddCommand(newCACommand())
 	return root
 }
 

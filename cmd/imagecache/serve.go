@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,6 +28,7 @@ import (
 	"imagecache.io/imagecache/internal/server"
 	"imagecache.io/imagecache/internal/stats"
 	"imagecache.io/imagecache/internal/store"
+	"imagecache.io/imagecache/internal/ui"
 	"imagecache.io/imagecache/internal/upstream"
 )
 
@@ -80,10 +80,6 @@ func loadConfig(o serveOptions) (*config.Config, error) {
 	if o.storage != "" {
 		cfg.Storage.Path = o.storage
 	}
-	switch {
-	case cfg.Proxy != nil:
-		return nil, errors.New("proxy: the intercepting proxy is not supported by this version of imagecache yet; remove the proxy section")
-	}
 	return cfg, nil
 }
 
@@ -134,6 +130,8 @@ func serve(ctx context.Context, o serveOptions) error {
 		Files:    sets,
 		API: admin.New(admin.Deps{Config: cfg, Store: st, Cache: c, Files: sets, Evictor: evictor,
 			Stats: statistics, Router: router, Log: log}),
+		UI: ui.New(ui.Deps{Config: cfg, Stats: statistics.Snapshot, Usage: st.Usage, Images: evictor.Images,
+			Pinned: evictor.PinnedBytes, Sets: sets.Statuses, Version: buildVersion(), Log: log}),
 		Metrics: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
 		Ready:   func() ([]string, error) { return readiness(evictor, cfg.Storage.MaxSize) },
 	}, log, o.accessLog)
@@ -143,6 +141,11 @@ func serve(ctx context.Context, o serveOptions) error {
 		return fmt.Errorf("listen on %s: %w (choose another address with --listen or listen: in the config)", cfg.Listen, err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	stopProxy, err := startProxy(cfg, handler, log)
+	if err != nil {
+		return err
+	}
+	defer stopProxy()
 	logStartup(log, cfg, ln.Addr().String())
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -17,13 +18,14 @@ import (
 // storageOptions are the flags of the maintenance commands: which storage (a stopped server's, opened
 // directly) or which running server to work on.
 type storageOptions struct {
-	config, storage, server string
+	config, storage, server, token string
 }
 
 func (o *storageOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&o.config, "config", "c", "", "config file whose storage (path, maxSize) to use")
 	cmd.Flags().StringVar(&o.storage, "storage", "", "storage path (default: the config's storage.path, or ./imagecache-data)")
 	cmd.Flags().StringVar(&o.server, "server", "", "a running server's URL (e.g. http://127.0.0.1:5000): ask it instead of opening the storage")
+	cmd.Flags().StringVar(&o.token, "token", "", "with --server: the server's admin.token (env IMAGECACHE_TOKEN)")
 }
 
 // open opens the storage directly; it fails with advice when a running server holds it.
@@ -45,10 +47,16 @@ func (o *storageOptions) open() (*store.Store, *config.Config, error) {
 	return st, cfg, err
 }
 
-// postJSON POSTs to a running server's admin API and decodes its JSON answer into out.
-func postJSON(server, path string, out any) error {
+// postJSON POSTs to a running server's admin API (with token, when not empty, or IMAGECACHE_TOKEN) and
+// decodes its JSON answer into out.
+func postJSON(server, token, path string, out any) error {
 	url := strings.TrimSuffix(server, "/") + path
-	resp, err := (&http.Client{Timeout: 30 * time.Minute}).Post(url, "application/json", nil)
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		return fmt.Errorf("--server %q: %w", server, err)
+	}
+	setToken(req, token)
+	resp, err := (&http.Client{Timeout: 30 * time.Minute}).Do(req)
 	if err != nil {
 		return fmt.Errorf("ask the server: %w (is it running at %s?)", err, server)
 	}
@@ -65,4 +73,14 @@ func postJSON(server, path string, out any) error {
 		return fmt.Errorf("POST %s: status %d: %.200s", url, resp.StatusCode, body)
 	}
 	return json.Unmarshal(body, out)
+}
+
+// setToken sends the admin token: token, else IMAGECACHE_TOKEN, else none.
+func setToken(req *http.Request, token string) {
+	if token == "" {
+		token = os.Getenv("IMAGECACHE_TOKEN")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 }

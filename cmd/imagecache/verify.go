@@ -82,7 +82,7 @@ func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) (
 	var err error
 	if o.server != "" {
 		fmt.Fprintf(stderr, "verify: %s is re-hashing its storage; its report comes when it is done\n", o.server)
-		rep, err = verifyOnServer(ctx, o.server)
+		rep, err = verifyOnServer(ctx, o.server, o.token)
 	} else {
 		rep, err = verifyStorage(ctx, o.storageOptions, stderr)
 	}
@@ -154,13 +154,14 @@ func checkStorageFree(path string) error {
 
 // verifyOnServer asks a running server to verify its storage. There is no client timeout: a large store takes
 // as long as reading every byte of it; Ctrl-C cancels the request, and with it the server's run.
-func verifyOnServer(ctx context.Context, server string) (store.VerifyReport, error) {
+func verifyOnServer(ctx context.Context, server, token string) (store.VerifyReport, error) {
 	var rep store.VerifyReport
 	url := strings.TrimSuffix(server, "/") + "/api/v1/verify"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return rep, fmt.Errorf("--server %q: %w", server, err)
 	}
+	setToken(req, token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return rep, fmt.Errorf("ask the server: %w (is it running at %s?)", err, server)

@@ -25,7 +25,7 @@ type Deps struct {
 	Log     *slog.Logger
 }
 
-// New serves the admin API under /api/v1.
+// New serves the admin API under /api/v1, behind the admin token (see protect).
 func New(d Deps) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/sets", d.Files.ServeAPI)
@@ -33,5 +33,9 @@ func New(d Deps) http.Handler {
 	mux.Handle("/api/v1/gc", GC(d.Evictor))
 	mux.Handle("/api/v1/verify", Verify(d.Store))
 	mux.Handle("/api/v1/pins", Pins(d.Store))
-	return mux
+	mux.Handle("/api/v1/images", Images(d.Evictor, d.Router))
+	mux.Handle("/api/v1/pull", Pull(d.Cache, d.Router))
+	mux.Handle("/api/v1/refresh", Refresh(d.Cache, d.Store, d.Files, d.Router))
+	mux.Handle("/api/v1/stats", Stats(d.Stats, d.Store, d.Evictor, d.Config))
+	return protect(d.Config, mux)
 }

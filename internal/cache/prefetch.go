@@ -89,10 +89,11 @@ func (c *Cache) fetchWhole(ctx context.Context, up, repository, dgst string) (in
 		return 0, fmt.Errorf("blob %s: %w", dgst, err)
 	}
 	defer b.Close()
+	content := progressOf(ctx, b)
 	if b.Result == Hit {
 		return b.Size, nil
 	}
-	if _, err := io.Copy(io.Discard, b.Content); err != nil {
+	if _, err := io.Copy(io.Discard, content); err != nil {
 		return 0, fmt.Errorf("blob %s: %w", dgst, err)
 	}
 	if err := b.Err(); err != nil {

@@ -36,6 +36,8 @@ type Config struct {
 	Proxy *Proxy
 	// Pins are references whose content is never evicted.
 	Pins []string
+	// Admin protects the admin API.
+	Admin Admin
 }
 
 // Storage says where content lives and how much of it to keep.
@@ -145,7 +147,7 @@ func parseDocument(data []byte, source string) (*yaml.Node, error) {
 // config fills cfg from the top-level mapping. defaultPolicy is read before
 // policies because every rule inherits from it, wherever it is in the file.
 func (d *decoder) config(root *yaml.Node, cfg *Config) {
-	m := d.mapping(root, "", "listen", "storage", "upstreams", "policies", "defaultPolicy", "files", "proxy", "pins")
+	m := d.mapping(root, "", "listen", "storage", "upstreams", "policies", "defaultPolicy", "files", "proxy", "pins", "admin")
 	if n, ok := m["listen"]; ok {
 		if s := d.address(n, "listen"); s != "" {
 			cfg.Listen = s
@@ -173,6 +175,9 @@ func (d *decoder) config(root *yaml.Node, cfg *Config) {
 	}
 	if n, ok := m["pins"]; ok {
 		cfg.Pins = d.pins(n, "pins")
+	}
+	if n, ok := m["admin"]; ok {
+		cfg.Admin = d.admin(n, "admin")
 	}
 }
 

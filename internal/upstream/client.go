@@ -59,10 +59,13 @@ func New(u icconfig.Upstream, wrap func(upstream string, rt http.RoundTripper) h
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
 	}
-	var rt http.RoundTripper = &pinnedScheme{host: parsed.Host, scheme: parsed.Scheme, next: base}
+	// Metrics wrap the transport below the scheme pin: the https attempt of go-containerregistry's ping at
+	// an http upstream is refused here, never sent, and must not count as a failed upstream request.
+	var bottom http.RoundTripper = base
 	if wrap != nil {
-		rt = wrap(u.Name, rt)
+		bottom = wrap(u.Name, base)
 	}
+	var rt http.RoundTripper = &pinnedScheme{host: parsed.Host, scheme: parsed.Scheme, next: bottom}
 	hosts := append([]string{parsed.Host, u.Name}, u.Aliases...)
 	if reference.IsDockerHubHost(u.Name) || reference.IsDockerHubHost(parsed.Host) {
 		hosts = append(hosts, authn.DefaultAuthKey)

@@ -109,6 +109,7 @@ spec:
 			"affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
 			"affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey=kubernetes.io/hostname",
 			"imagePullSecrets[0].name=pull", "image.tag=v9.9.9",
+			"config.proxy.listen=0.0.0.0:3128", "proxy.caSecret=imagecache-proxy-ca",
 		}, ","))
 		applyAll(t, c, optional)
 		for _, o := range optional {
@@ -118,6 +119,10 @@ spec:
 		}
 		if img := statefulSet(t, optional).Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/imagecache/imagecache:v9.9.9" {
 			t.Errorf("--set image.tag=v9.9.9: image %q", img)
+		}
+		checkProxy(t, optional)
+		if _, err := helmRender(t, helm, chart, "--set", "config.proxy.listen=0.0.0.0:3128"); err == nil || !strings.Contains(err.Error(), "imagecache ca init") {
+			t.Errorf("config.proxy without proxy.caSecret: %v; want a refusal that says how to make the CA", err)
 		}
 		if _, err := helmRender(t, helm, chart, "--set", "config.listen=127.0.0.1:5000"); err == nil {
 			t.Error("a loopback config.listen rendered; the probes and the Service could never reach it")
@@ -643,4 +648,46 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// checkProxy checks the chart's optional intercepting proxy: config.proxy.ca points into the mounted CA
+// Secret, and the pod and the Service expose the proxy port.
+func checkProxy(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(configYAML(t, objs)), "config.yaml")
+	if err != nil {
+		t.Fatalf("config.yaml with the proxy does not parse: %v", err)
+	}
+	if cfg.Proxy == nil || cfg.Proxy.Listen != "0.0.0.0:3128" || cfg.Proxy.CA.CertFile != "/etc/imagecache-proxy-ca/ca.crt" || cfg.Proxy.CA.KeyFile != "/etc/imagecache-proxy-ca/ca.key" {
+		t.Errorf("proxy config %+v, want listen 0.0.0.0:3128 and the CA from /etc/imagecache-proxy-ca", cfg.Proxy)
+	}
+	spec := statefulSet(t, objs).Spec.Template.Spec
+	var port, mount, secret bool
+	for _, p := range spec.Containers[0].Ports {
+		port = port || (p.Name == "proxy" && p.ContainerPort == 3128)
+	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		mount = mount || (m.Name == "proxy-ca" && m.MountPath == "/etc/imagecache-proxy-ca")
+	}
+	for _, v := range spec.Volumes {
+		secret = secret || (v.Name == "proxy-ca" && v.Secret != nil && v.Secret.SecretName == "imagecache-proxy-ca")
+	}
+	if !port || !mount || !secret {
+		t.Errorf("StatefulSet: proxy container port %v, CA volume mount %v, Secret volume %v; want all", port, mount, secret)
+	}
+	var svcPort bool
+	for _, o := range objs {
+		if o.GetKind() != "Service" {
+			continue
+		}
+		ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+		for _, p := range ports {
+			if m, ok := p.(map[string]any); ok && m["name"] == "proxy" {
+				svcPort = true
+			}
+		}
+	}
+	if !svcPort {
+		t.Error("the Service has no proxy port")
+	}
 }

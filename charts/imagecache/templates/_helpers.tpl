@@ -53,3 +53,22 @@ neither the Service nor the kubelet's probes could reach it.
 {{- end }}
 {{- splitList ":" $listen | last }}
 {{- end }}
+
+{{/*
+The intercepting proxy's port, from config.proxy.listen; empty when the proxy is off. It needs a CA: the
+proxy.caSecret Secret (mounted and filled into config.proxy.ca) or config.proxy.ca pointing at files.
+*/}}
+{{- define "imagecache.proxyPort" -}}
+{{- with .Values.config.proxy }}
+{{- $listen := .listen | default "" | toString }}
+{{- if $listen }}
+{{- if or (hasPrefix "127." $listen) (hasPrefix "localhost" $listen) (hasPrefix "[::1]" $listen) }}
+{{- fail (printf "config.proxy.listen must be a non-loopback address such as 0.0.0.0:3128 (got %q): clients reach the proxy through the Service" $listen) }}
+{{- end }}
+{{- if not (or $.Values.proxy.caSecret .ca) }}
+{{- fail "config.proxy needs a CA: make one with `imagecache ca init --dir ca`, create a Secret from it (kubectl create secret generic imagecache-proxy-ca --from-file=ca) and set proxy.caSecret to its name" }}
+{{- end }}
+{{- splitList ":" $listen | last }}
+{{- end }}
+{{- end }}
+{{- end }}
