@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"imagecache.io/imagecache/internal/eviction"
+	"imagecache.io/imagecache/internal/progress"
 )
 
 type gcOptions struct {
@@ -89,7 +90,7 @@ func printPlan(w io.Writer, p eviction.Plan, format string) error {
 	if p.DryRun {
 		verb = "would evict"
 	}
-	fmt.Fprintf(w, "stored %s, limit %s, low watermark %s, pinned %s\n", human(p.Before), human(p.Limit), human(p.Target), human(p.PinnedBytes))
+	fmt.Fprintf(w, "stored %s, limit %s, low watermark %s, pinned %s\n", progress.Bytes(p.Before), progress.Bytes(p.Limit), progress.Bytes(p.Target), progress.Bytes(p.PinnedBytes))
 	if p.PinnedOverLimit {
 		fmt.Fprintln(w, "WARNING: pinned content alone exceeds the limit; raise storage.maxSize or pin less")
 	}
@@ -97,25 +98,11 @@ func printPlan(w io.Writer, p eviction.Plan, format string) error {
 		fmt.Fprintln(w, "nothing to evict")
 		return nil
 	}
-	fmt.Fprintf(w, "%s %d units, %s, leaving %s\n\n", verb, len(p.Evicted), human(p.Before-p.After), human(p.After))
+	fmt.Fprintf(w, "%s %d units, %s, leaving %s\n\n", verb, len(p.Evicted), progress.Bytes(p.Before-p.After), progress.Bytes(p.After))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tLAST USE\tFREES")
 	for _, u := range p.Evicted {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Kind, u.Name, u.LastUse.Local().Format(time.DateTime), human(u.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Kind, u.Name, u.LastUse.Local().Format(time.DateTime), progress.Bytes(u.Bytes))
 	}
 	return tw.Flush()
-}
-
-// human prints a byte count in binary units.
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"imagecache.io/imagecache/internal/admin"
+	"imagecache.io/imagecache/internal/progress"
 )
 
 func newLsCommand() *cobra.Command {
@@ -77,11 +78,11 @@ func imagesTable(w io.Writer, images []admin.Image, wide bool, now time.Time) er
 			pinned = "yes"
 		}
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, tags, img.Digest, human(img.Size), human(img.UniqueSize),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, tags, img.Digest, progress.Bytes(img.Size), progress.Bytes(img.UniqueSize),
 				ago(img.LastUse, now), pinned, img.State)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, tags, shortDigest(img.Digest), human(img.Size), ago(img.LastUse, now), pinned)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, tags, shortDigest(img.Digest), progress.Bytes(img.Size), ago(img.LastUse, now), pinned)
 	}
 	return tw.Flush()
 }

@@ -83,9 +83,9 @@ func runPull(ctx context.Context, c *apiClient, output string, refs, platforms [
 			switch {
 			case p.Error != "":
 			case p.Stale:
-				fmt.Fprintf(w, "pulled %s: %s, %s (stale: the upstream could not be checked; the cached copy is what is there)\n", p.Ref, p.Digest, human(p.Size))
+				fmt.Fprintf(w, "pulled %s: %s, %s (stale: the upstream could not be checked; the cached copy is what is there)\n", p.Ref, p.Digest, progress.Bytes(p.Size))
 			default:
-				fmt.Fprintf(w, "pulled %s: %s, %s\n", p.Ref, p.Digest, human(p.Size))
+				fmt.Fprintf(w, "pulled %s: %s, %s\n", p.Ref, p.Digest, progress.Bytes(p.Size))
 			}
 		}
 		return nil

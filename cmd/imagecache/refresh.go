@@ -13,6 +13,7 @@ import (
 
 	"imagecache.io/imagecache/internal/admin"
 	"imagecache.io/imagecache/internal/files"
+	"imagecache.io/imagecache/internal/progress"
 )
 
 func newRefreshCommand() *cobra.Command {
@@ -95,7 +96,7 @@ func refreshSet(cmd *cobra.Command, c *apiClient, output, name string) error {
 		}
 		fmt.Fprintln(w)
 		for _, f := range st.Files {
-			fmt.Fprintf(w, "  %s  %s  %s\n", f.Name, shortDigest(f.Digest), human(f.Size))
+			fmt.Fprintf(w, "  %s  %s  %s\n", f.Name, shortDigest(f.Digest), progress.Bytes(f.Size))
 		}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"imagecache.io/imagecache/internal/eviction"
+	"imagecache.io/imagecache/internal/progress"
 )
 
 func newRmCommand() *cobra.Command {
@@ -44,7 +45,7 @@ and nothing is removed: unpin it first.`,
 					fmt.Fprintf(w, "removed tag %s; its image %s stays, still tagged as %s\n", p.Ref, shortDigest(p.Digest), strings.Join(p.StillTagged, ", "))
 					return nil
 				}
-				fmt.Fprintf(w, "removed %s (%s): %d objects, %s freed\n", p.Ref, shortDigest(p.Digest), len(p.Objects), human(p.Bytes))
+				fmt.Fprintf(w, "removed %s (%s): %d objects, %s freed\n", p.Ref, shortDigest(p.Digest), len(p.Objects), progress.Bytes(p.Bytes))
 				return nil
 			})
 		},

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"imagecache.io/imagecache/internal/admin"
+	"imagecache.io/imagecache/internal/progress"
 )
 
 func newStatsCommand() *cobra.Command {
@@ -45,12 +46,12 @@ func statsTable(w io.Writer, r admin.StatsReport, now time.Time) error {
 	fmt.Fprintf(w, "since %s (%s)\n", r.Since.Local().Format(time.DateTime), ago(r.Since, now))
 	fmt.Fprintf(w, "requests: %d hit, %d miss, %d revalidated, %d stale, %d error; hit ratio %.1f%% (last hour %.1f%%)\n",
 		t.Hits, t.Misses, t.Revalidated, t.Stale, t.Errors, 100*r.HitRatio, 100*r.LastHourHitRatio)
-	fmt.Fprintf(w, "served: %s from the cache, %s from upstreams\n", human(t.BytesFromCache), human(t.BytesFromUpstream))
+	fmt.Fprintf(w, "served: %s from the cache, %s from upstreams\n", progress.Bytes(t.BytesFromCache), progress.Bytes(t.BytesFromUpstream))
 	limit := "unbounded"
 	if s.LimitBytes > 0 {
-		limit = fmt.Sprintf("%s (%.0f%% used)", human(s.LimitBytes), 100*float64(s.UsedBytes)/float64(s.LimitBytes))
+		limit = fmt.Sprintf("%s (%.0f%% used)", progress.Bytes(s.LimitBytes), 100*float64(s.UsedBytes)/float64(s.LimitBytes))
 	}
-	fmt.Fprintf(w, "storage: %s in %d objects, limit %s, pinned %s\n", human(s.UsedBytes), s.Objects, limit, human(s.PinnedBytes))
+	fmt.Fprintf(w, "storage: %s in %d objects, limit %s, pinned %s\n", progress.Bytes(s.UsedBytes), s.Objects, limit, progress.Bytes(s.PinnedBytes))
 	if s.PinnedOverLimit {
 		fmt.Fprintln(w, "WARNING: pinned content alone exceeds the limit; raise storage.maxSize or pin less")
 	}

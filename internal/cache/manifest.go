@@ -78,8 +78,13 @@ func (c *Cache) manifestByTag(ctx context.Context, client *upstream.Client, repo
 	case policy.Forbid:
 		return nil, forbidden(fmt.Sprintf("manifest %s/%s:%s", up, repository, tag), up)
 	}
-	// Fetch and Check both talk to the upstream; concurrent requests for the same tag share that work.
-	v, err, _ := c.manifests.Do("tag\x00"+up+"\x00"+repository+"\x00"+tag, func() (any, error) {
+	return c.askUpstream(ctx, client, repository, tag, rule, rec, cached)
+}
+
+// askUpstream fetches an uncached tag or revalidates a cached one. Concurrent requests for the same tag
+// share that work (and its one upstream request).
+func (c *Cache) askUpstream(ctx context.Context, client *upstream.Client, repository, tag string, rule policy.Rule, rec store.Tag, cached *Manifest) (*Manifest, error) {
+	v, err, _ := c.manifests.Do("tag\x00"+client.Name()+"\x00"+repository+"\x00"+tag, func() (any, error) {
 		ctx := context.WithoutCancel(ctx)
 		if cached == nil {
 			return c.fetchTag(ctx, client, repository, tag, rule)

@@ -21,16 +21,5 @@ func (c *Cache) Refresh(ctx context.Context, up, repository, tag string) (*Manif
 	if err != nil {
 		return nil, err
 	}
-	v, err, _ := c.manifests.Do("tag\x00"+up+"\x00"+repository+"\x00"+tag, func() (any, error) {
-		ctx := context.WithoutCancel(ctx)
-		if cached == nil {
-			return c.fetchTag(ctx, client, repository, tag, rule)
-		}
-		return c.revalidateTag(ctx, client, repository, tag, rule, rec, cached)
-	})
-	if err != nil {
-		return nil, err
-	}
-	m := *v.(*Manifest)
-	return &m, nil
+	return c.askUpstream(ctx, client, repository, tag, rule, rec, cached)
 }

@@ -20,6 +20,7 @@ import (
 	"imagecache.io/imagecache/internal/cache"
 	icconfig "imagecache.io/imagecache/internal/config"
 	"imagecache.io/imagecache/internal/policy"
+	"imagecache.io/imagecache/internal/progress"
 	"imagecache.io/imagecache/internal/upstream"
 )
 
@@ -90,7 +91,7 @@ func (r *imageCacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 
 	st.CachedImages = fmt.Sprintf("%d/%d", cached, len(ic.Spec.Images))
-	st.Size = human(total)
+	st.Size = progress.Bytes(total)
 	ready := cached == len(ic.Spec.Images)
 	for _, f := range st.Files {
 		ready = ready && (f.State == v1alpha1.StateCached || f.State == v1alpha1.StateStale)
@@ -238,7 +239,7 @@ func (r *imageCacheReconciler) emitEvents(ic *v1alpha1.ImageCache, old *v1alpha1
 		}
 		switch is.State {
 		case v1alpha1.StateCached:
-			r.events.Eventf(ic, corev1.EventTypeNormal, "Fetched", "image %s cached as %s (%s)", is.Ref, is.Digest, human(is.Size))
+			r.events.Eventf(ic, corev1.EventTypeNormal, "Fetched", "image %s cached as %s (%s)", is.Ref, is.Digest, progress.Bytes(is.Size))
 		case v1alpha1.StateStale:
 			r.events.Eventf(ic, corev1.EventTypeWarning, "Stale", "image %s: %s", is.Ref, is.Message)
 		case v1alpha1.StateFailed:

@@ -57,20 +57,6 @@ func fileSetState(s files.State) string {
 	return v1alpha1.StateFailed
 }
 
-// human prints a byte count in binary units.
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 func timePtr(t metav1.Time) *metav1.Time {
 	if t.IsZero() {
 		return nil
