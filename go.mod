@@ -1,6 +1,6 @@
 module imagecache.io/imagecache
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/docker/cli v29.7.2+incompatible
