@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -54,7 +55,7 @@ func newVersionCommand() *cobra.Command {
 		Short: "Print the version of imagecache",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "imagecache", buildVersion())
+			fmt.Fprintln(cmd.OutOrStdout(), "imagecache", buildVersion(), runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
 		},
 	}
 }
