@@ -179,7 +179,15 @@ func (c *Client) transport(ctx context.Context, repository string) (http.RoundTr
 		return nil, err
 	}
 	c.mu.Lock()
+	if len(c.transports) >= maxTransports {
+		// Bound the memory a cache fronting very many repositories spends on tokens: forgetting them all
+		// costs one auth handshake per repository next time, which is what a token expiry costs anyway.
+		clear(c.transports)
+	}
 	c.transports[key] = rt
 	c.mu.Unlock()
 	return rt, nil
 }
+
+// maxTransports bounds the authenticated transports (one per repository and credentials) kept per upstream.
+const maxTransports = 4096
