@@ -121,6 +121,20 @@ spec:
 			t.Errorf("--set image.tag=v9.9.9: image %q", img)
 		}
 		checkProxy(t, optional)
+
+		// The admin token comes from a Secret mounted as a file, never from the ConfigMap.
+		withToken := helmTemplate(t, helm, chart, "--set", "admin.tokenSecret=imagecache-admin")
+		applyAll(t, c, withToken)
+		if cfg := configYAML(t, withToken); !strings.Contains(cfg, "tokenFile: /etc/imagecache-admin/token") {
+			t.Errorf("admin.tokenSecret: config.yaml does not point admin.tokenFile at the mounted Secret:\n%s", cfg)
+		}
+		tokenMounted := false
+		for _, m := range statefulSet(t, withToken).Spec.Template.Spec.Containers[0].VolumeMounts {
+			tokenMounted = tokenMounted || (m.Name == "admin-token" && m.MountPath == "/etc/imagecache-admin" && m.ReadOnly)
+		}
+		if !tokenMounted {
+			t.Error("admin.tokenSecret: the Secret is not mounted read-only at /etc/imagecache-admin")
+		}
 		if _, err := helmRender(t, helm, chart, "--set", "config.proxy.listen=0.0.0.0:3128"); err == nil || !strings.Contains(err.Error(), "imagecache ca init") {
 			t.Errorf("config.proxy without proxy.caSecret: %v; want a refusal that says how to make the CA", err)
 		}
