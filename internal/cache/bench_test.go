@@ -4,19 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/opencontainers/go-digest"
-
-	"imagecache.io/imagecache/internal/config"
-	"imagecache.io/imagecache/internal/policy"
-	"imagecache.io/imagecache/internal/store"
-	"imagecache.io/imagecache/internal/upstream"
 )
 
 // BenchmarkBlobHit is the hit path for a stored 1 MiB blob: Blob, read it all, Close, from parallel
@@ -24,28 +16,16 @@ import (
 func BenchmarkBlobHit(b *testing.B) {
 	const size = 1 << 20
 	var upstreamRequests atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c, st := newTestCache(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		upstreamRequests.Add(1)
 		http.Error(w, "benchmark upstream: not to be contacted", http.StatusInternalServerError)
 	}))
-	b.Cleanup(srv.Close)
-	st, err := store.Open(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
 	content := make([]byte, size)
 	_, _ = rand.Read(content)
 	dgst := digest.FromBytes(content).String()
 	if err := st.Put(dgst, "", content); err != nil {
 		b.Fatal(err)
 	}
-	client, err := upstream.New(config.Upstream{Name: "up", URL: srv.URL}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rules := policy.Rules{Default: policy.Rule{Pull: policy.Always, StaleIfError: true, UpstreamTimeout: 5 * time.Second}}
-	c := New(st, map[string]*upstream.Client{"up": client}, rules, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 
 	b.SetBytes(size)

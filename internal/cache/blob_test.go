@@ -55,7 +55,7 @@ func (g *gatedBlob) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(body[half:])
 }
 
-func newTestCache(t *testing.T, h http.Handler) (*Cache, *store.Store) {
+func newTestCache(t testing.TB, h http.Handler) (*Cache, *store.Store) {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

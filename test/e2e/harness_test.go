@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -67,21 +68,30 @@ func pullImage(t *testing.T, host, repoTag, wantDigest string, wantType types.Me
 	if _, err := img.RawConfigFile(); err != nil {
 		t.Fatalf("%s: config: %v", repoTag, err)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		rc, err := l.Compressed() // verifies the digest when read to the end
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(io.Discard, rc); err != nil {
-			t.Fatalf("%s: read layer: %v", repoTag, err)
-		}
-		rc.Close()
+	if err := readLayers(img); err != nil {
+		t.Fatalf("%s: %v", repoTag, err)
 	}
 	return img
+}
+
+// readLayers reads every layer of img to its end; go-containerregistry verifies each against its digest.
+func readLayers(img v1.Image) error {
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("read layer: %w", err)
+		}
+	}
+	return nil
 }
 
 func pullIndex(t *testing.T, host, repoTag, wantDigest string, wantChildren int) {

@@ -96,20 +96,8 @@ func pullThrough(t *testing.T, tr http.RoundTripper, ref, wantDigest string) err
 	if _, err := img.RawConfigFile(); err != nil { // verified against its digest
 		return fmt.Errorf("%s: config: %w", ref, err)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	for _, l := range layers {
-		rc, err := l.Compressed()
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, rc)
-		rc.Close()
-		if err != nil {
-			return fmt.Errorf("%s: read layer: %w", ref, err)
-		}
+	if err := readLayers(img); err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -131,22 +130,7 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		layers, err := img.Layers()
-		if err != nil {
-			return err
-		}
-		for _, l := range layers {
-			rc, err := l.Compressed()
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(io.Discard, rc)
-			rc.Close()
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		return readLayers(img)
 	}
 	parallel(t, repos[:20], pull)
 	after20 := seriesByFamily(scrape(t, c))
