@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -105,12 +106,10 @@ func forbidden(what, upstreamName string) error {
 }
 
 func unknownCode(what string) string {
-	switch {
-	case len(what) >= 4 && what[:4] == "blob":
+	if strings.HasPrefix(what, "blob") {
 		return "BLOB_UNKNOWN"
-	default:
-		return "MANIFEST_UNKNOWN"
 	}
+	return "MANIFEST_UNKNOWN"
 }
 
 // upstreamFailure turns an upstream error into what the client should see when nothing cached can answer.

@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"imagecache.io/imagecache/internal/policy"
+	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/store"
 	"imagecache.io/imagecache/internal/upstream"
 )
@@ -30,7 +31,7 @@ func (c *Cache) Manifest(ctx context.Context, up, repository, ref string) (*Mani
 		return nil, err
 	}
 	var m *Manifest
-	if strings.Contains(ref, ":") {
+	if reference.IsDigest(ref) {
 		m, err = c.manifestByDigest(ctx, client, repository, ref)
 	} else {
 		m, err = c.manifestByTag(ctx, client, repository, ref)
@@ -193,7 +194,7 @@ func (c *Cache) revalidateTag(ctx context.Context, client *upstream.Client, repo
 
 // fetchManifest GETs a manifest by tag or digest, verifies its digest and stores it.
 func (c *Cache) fetchManifest(ctx context.Context, client *upstream.Client, repository, ref string, rule policy.Rule) (*Manifest, error) {
-	what := fmt.Sprintf("fetch manifest %s/%s%s%s", client.Name(), repository, sep(ref), ref)
+	what := "fetch manifest " + reference.Join(client.Name()+"/"+repository, ref)
 	got, err := client.GetManifest(ctx, repository, ref, rule.UpstreamTimeout)
 	if err != nil {
 		if errors.Is(err, upstream.ErrManifestTooLarge) {
@@ -256,13 +257,6 @@ func declaredMediaType(body []byte, fallback string) string {
 		return m.MediaType
 	}
 	return fallback
-}
-
-func sep(ref string) string {
-	if strings.Contains(ref, ":") {
-		return "@"
-	}
-	return ":"
 }
 
 func storeFailure(err error) error {

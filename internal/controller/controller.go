@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -162,7 +163,7 @@ func (r *reconciler) handleDeletion(ctx context.Context, kind string, obj client
 	if err := r.release(kind, key); err != nil {
 		return err
 	}
-	if r.leader() && controllerutilRemove(obj) {
+	if r.leader() && controllerutil.RemoveFinalizer(obj, finalizer) {
 		return r.client.Update(ctx, obj)
 	}
 	return nil
@@ -170,34 +171,10 @@ func (r *reconciler) handleDeletion(ctx context.Context, kind string, obj client
 
 // ensureFinalizer adds the finalizer (leader only); it reports whether the object was updated.
 func (r *reconciler) ensureFinalizer(ctx context.Context, obj client.Object) (bool, error) {
-	if !r.leader() || hasFinalizer(obj) {
+	if !r.leader() || !controllerutil.AddFinalizer(obj, finalizer) {
 		return false, nil
 	}
-	obj.SetFinalizers(append(obj.GetFinalizers(), finalizer))
 	return true, r.client.Update(ctx, obj)
-}
-
-func hasFinalizer(obj client.Object) bool {
-	for _, f := range obj.GetFinalizers() {
-		if f == finalizer {
-			return true
-		}
-	}
-	return false
-}
-
-func controllerutilRemove(obj client.Object) bool {
-	var kept []string
-	for _, f := range obj.GetFinalizers() {
-		if f != finalizer {
-			kept = append(kept, f)
-		}
-	}
-	if len(kept) == len(obj.GetFinalizers()) {
-		return false
-	}
-	obj.SetFinalizers(kept)
-	return true
 }
 
 func (r *reconciler) fileURL(set, file string) string {

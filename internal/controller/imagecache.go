@@ -21,6 +21,7 @@ import (
 	icconfig "imagecache.io/imagecache/internal/config"
 	"imagecache.io/imagecache/internal/policy"
 	"imagecache.io/imagecache/internal/progress"
+	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/upstream"
 )
 
@@ -130,11 +131,7 @@ func (r *imageCacheReconciler) image(ctx context.Context, img v1alpha1.ImageSpec
 		st.State, st.Message = v1alpha1.StateFailed, err.Error()
 		return st, ""
 	}
-	sep := ":"
-	if strings.Contains(ref, ":") {
-		sep = "@"
-	}
-	pin := up + "/" + repo + sep + ref
+	pin := reference.Join(up+"/"+repo, ref)
 	fetchCtx := ctx
 	if img.PullPolicy != "" {
 		fetchCtx = cache.WithPull(fetchCtx, policy.Pull(img.PullPolicy))

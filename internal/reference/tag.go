@@ -31,3 +31,11 @@ func ValidateTag(tag string) error {
 func IsDigest(ref string) bool { return strings.IndexByte(ref, ':') >= 0 }
 
 func isAlnum(c byte) bool { return isLowerAlnum(c) || c >= 'A' && c <= 'Z' }
+
+// Join writes a name with its tag or digest the way references are written: name:tag, name@digest.
+func Join(name, ref string) string {
+	if IsDigest(ref) {
+		return name + "@" + ref
+	}
+	return name + ":" + ref
+}

@@ -145,7 +145,7 @@ func (h *Handler) manifest(w http.ResponseWriter, r *http.Request, up, repositor
 		h.fail(w, r, "manifest", err)
 		return
 	}
-	h.answered("manifest", m.Result, up+"/"+repository+refSep(ref)+ref)
+	h.answered("manifest", m.Result, reference.Join(up+"/"+repository, ref))
 	setResult(w, m.Result)
 	immutable(w, m.Digest)
 	w.Header().Set("Content-Type", m.MediaType)
@@ -237,13 +237,6 @@ func rewriteLink(link, clientName, ns string) string {
 		path += "?" + query
 	}
 	return link[:start+1] + path + link[end:]
-}
-
-func refSep(ref string) string {
-	if strings.Contains(ref, ":") {
-		return "@"
-	}
-	return ":"
 }
 
 // countingWriter counts body bytes while keeping ReadFrom, so files still go out with sendfile.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"imagecache.io/imagecache/internal/reference"
 )
 
 // MaxManifestSize is the largest manifest the cache accepts (the limit distribution and containerd use).
@@ -52,7 +54,7 @@ type Response struct {
 
 // HeadManifest asks the upstream what repository:ref currently points to.
 func (c *Client) HeadManifest(ctx context.Context, repository, ref string, timeout time.Duration) (Descriptor, error) {
-	op := "HEAD manifest " + repository + refSep(ref) + ref
+	op := "HEAD manifest " + reference.Join(repository, ref)
 	resp, err := c.do(ctx, http.MethodHead, repository, "/manifests/"+ref, "", manifestAccept, timeout, op)
 	if err != nil {
 		return Descriptor{}, err
@@ -63,7 +65,7 @@ func (c *Client) HeadManifest(ctx context.Context, repository, ref string, timeo
 
 // GetManifest fetches repository:ref's manifest bytes, refusing anything over MaxManifestSize.
 func (c *Client) GetManifest(ctx context.Context, repository, ref string, timeout time.Duration) (Manifest, error) {
-	op := "GET manifest " + repository + refSep(ref) + ref
+	op := "GET manifest " + reference.Join(repository, ref)
 	resp, err := c.do(ctx, http.MethodGet, repository, "/manifests/"+ref, "", manifestAccept, timeout, op)
 	if err != nil {
 		return Manifest{}, err
@@ -184,11 +186,4 @@ func mediaType(h http.Header) string {
 		mt = strings.TrimSpace(mt[:i])
 	}
 	return mt
-}
-
-func refSep(ref string) string {
-	if strings.Contains(ref, ":") {
-		return "@"
-	}
-	return ":"
 }

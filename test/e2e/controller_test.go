@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,7 +188,7 @@ func TestImageCacheResource(t *testing.T) {
 	if d := condition(got.Status.Conditions, v1alpha1.ConditionDegraded); d == nil || d.Status != metav1.ConditionFalse {
 		t.Fatalf("Degraded %+v, want False", d)
 	}
-	if !hasFinalizerNamed(got.Finalizers, "imagecache.io/release-pins") {
+	if !slices.Contains(got.Finalizers, "imagecache.io/release-pins") {
 		t.Fatalf("finalizers %v", got.Finalizers)
 	}
 	fs := got.Status.Files[0]
@@ -327,13 +328,4 @@ func TestPullSecretReachesTheRegistry(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func hasFinalizerNamed(list []string, f string) bool {
-	for _, x := range list {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }
