@@ -218,7 +218,18 @@ func TestCrashMidEviction(t *testing.T) {
 			}
 			assertNoHoles(t, f.st)
 			// The next run that needs room takes the leftovers first: they are stray blobs, last used long ago.
-			if _, err := New(f.st, 400_000, 0.9, slog.New(slog.DiscardHandler)).Run(false); err != nil {
+			// Its target is exactly what the kept image occupies, so that every leftover, even the 100-byte
+			// config, has to go (a looser target may be met with a small stray still stored, which is right).
+			total, _ := f.st.Usage()
+			for _, d := range u.Objects[steps:] {
+				o, err := f.st.Stat(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total -= o.Size
+			}
+			limit := (total*10 + 8) / 9 // the smallest limit whose 0.9 low watermark is at least total
+			if _, err := New(f.st, limit, 0.9, slog.New(slog.DiscardHandler)).Run(false); err != nil {
 				t.Fatal(err)
 			}
 			assertNoHoles(t, f.st)
