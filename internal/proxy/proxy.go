@@ -108,7 +108,7 @@ func New(o Options) (*Proxy, error) {
 // Serve accepts proxy clients on ln until Shutdown.
 func (p *Proxy) Serve(ln net.Listener) error {
 	go func() { _ = p.inner.Serve(p.innerLn) }()
-	err := p.outer.Serve(ln)
+	err := p.outer.Serve(&screenListener{Listener: ln, log: p.o.Log})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -221,6 +221,13 @@ func TestConnectRefusals(t *testing.T) {
 		{"port zero", "CONNECT registry.example.com:0 HTTP/1.1", 400, "no valid port"},
 		{"path form", "CONNECT /v2/ HTTP/1.1", 400, "malformed CONNECT"},
 		{"origin form GET", "GET /v2/ HTTP/1.1", 400, "this port is imagecache's HTTP proxy"},
+		// Lines net/http would refuse with a bare "400 Bad Request" get a reason too.
+		{"bare CONNECT", "CONNECT", 400, `malformed request line "CONNECT": it has 1 space-separated parts, not 3`},
+		{"too many parts", "CONNECT a b c", 400, "it has 4 space-separated parts"},
+		{"no version", "CONNECT registry.example.com:443 HTTTP/1.1", 400, `"HTTTP/1.1" is not an HTTP version`},
+		{"named port", "CONNECT registry.example.com:https HTTP/1.1", 400, "no valid port"},
+		{"bad escape", "GET http://registry.example.com/%zz HTTP/1.1", 400, `malformed request target "http://registry.example.com/%zz"`},
+		{"bad method", "CON(NECT registry.example.com:443 HTTP/1.1", 400, `"CON(NECT" is not a method`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, _, _ := rawConnect(t, tp.addr, tt.line)
@@ -233,6 +240,29 @@ func TestConnectRefusals(t *testing.T) {
 		t.Errorf("refused requests reached the registry handler %d times", n)
 	}
 	waitLog(t, tp.logs, "example.org is not a configured upstream")
+	waitLog(t, tp.logs, "it has 4 space-separated parts")
+}
+
+// TestScreenWaitsOnlyForTheLine: a client that sends a short CONNECT and waits for the answer gets it; the
+// screen never waits for a full buffer.
+func TestScreenWaitsOnlyForTheLine(t *testing.T) {
+	tp := startTestProxy(t, nil)
+	conn, err := net.DialTimeout("tcp", tp.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	for _, part := range []string{"CONN", "ECT example.org:4", "43 HTTP/1.1\r\n", "\r\n"} {
+		io.WriteString(conn, part) // in pieces, as a slow client would
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(resp); resp.StatusCode != 403 || !strings.Contains(b, "not a configured upstream") {
+		t.Fatalf("%s %q", resp.Status, b)
+	}
 }
 
 func TestSNIMustMatchConnectHost(t *testing.T) {
