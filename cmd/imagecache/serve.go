@@ -104,7 +104,7 @@ func serve(ctx context.Context, o serveOptions) error {
 	clients := map[string]*upstream.Client{}
 	var routes []reference.Upstream
 	for _, u := range cfg.Upstreams {
-		c, err := upstream.New(u, m.WrapUpstream)
+		c, err := upstream.New(u, m.WrapUpstream, log)
 		if err != nil {
 			return err
 		}

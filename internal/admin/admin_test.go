@@ -88,7 +88,7 @@ func newEnv(t *testing.T, edit func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	client, err := upstream.New(cfg.Upstreams[0], nil)
+	client, err := upstream.New(cfg.Upstreams[0], nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

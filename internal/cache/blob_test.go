@@ -64,7 +64,7 @@ func newTestCache(t testing.TB, h http.Handler) (*Cache, *store.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	client, err := upstream.New(config.Upstream{Name: "up", URL: srv.URL}, nil)
+	client, err := upstream.New(config.Upstream{Name: "up", URL: srv.URL}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestDiskFullMidWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, _ := upstream.New(config.Upstream{Name: "up", URL: srv.URL}, nil)
+	client, _ := upstream.New(config.Upstream{Name: "up", URL: srv.URL}, nil, nil)
 	c := New(st, map[string]*upstream.Client{"up": client}, policy.Rules{Default: policy.Rule{Pull: policy.Always, UpstreamTimeout: 5 * time.Second}}, slog.New(slog.DiscardHandler))
 	var asked atomic.Int64
 	c.StorageFull = func(need int64) { asked.Store(need) }

@@ -45,7 +45,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	client, err := upstream.New(config.Upstream{Name: "up.test", URL: up.URL}, nil)
+	client, err := upstream.New(config.Upstream{Name: "up.test", URL: up.URL}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

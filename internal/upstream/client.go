@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -33,12 +34,20 @@ type Client struct {
 	auth   authn.Authenticator
 	base   http.RoundTripper
 
+	log *slog.Logger
+
 	mu         sync.Mutex
 	transports map[string]http.RoundTripper // authenticated transport per repository (token scopes are per repository)
+
+	silence silence
 }
 
-// New prepares a client for the upstream u. wrap, when not nil, wraps the bottom HTTP transport (metrics).
-func New(u icconfig.Upstream, wrap func(upstream string, rt http.RoundTripper) http.RoundTripper) (*Client, error) {
+// New prepares a client for the upstream u. wrap, when not nil, wraps the bottom HTTP transport (metrics);
+// log, when not nil, is told when the upstream stops and starts answering.
+func New(u icconfig.Upstream, wrap func(upstream string, rt http.RoundTripper) http.RoundTripper, log *slog.Logger) (*Client, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	parsed, err := url.Parse(u.URL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: url %q: %w", u.Name, u.URL, err)
@@ -70,7 +79,7 @@ func New(u icconfig.Upstream, wrap func(upstream string, rt http.RoundTripper) h
 	if reference.IsDockerHubHost(u.Name) || reference.IsDockerHubHost(parsed.Host) {
 		hosts = append(hosts, authn.DefaultAuthKey)
 	}
-	return &Client{name: u.Name, hosts: hosts, scheme: parsed.Scheme, reg: reg, auth: auth, base: rt, transports: map[string]http.RoundTripper{}}, nil
+	return &Client{name: u.Name, hosts: hosts, scheme: parsed.Scheme, reg: reg, auth: auth, base: rt, log: log, transports: map[string]http.RoundTripper{}, silence: newSilence()}, nil
 }
 
 // Name is the configured name of the upstream.

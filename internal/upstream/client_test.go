@@ -49,7 +49,7 @@ func newClient(t *testing.T, u config.Upstream) *Client {
 	if u.Name == "" {
 		u.Name = "upstream.test"
 	}
-	c, err := New(u, nil)
+	c, err := New(u, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,4 +272,103 @@ func basicAuth(next http.Handler, user, pass string) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// TestSilentUpstreamFailsFastUntilItAnswers: once an upstream leaves a request unanswered, the next ones
+// fail at once without being sent (so a stale copy needs no wait), a probe of /v2/ watches it, and requests
+// go through again as soon as it answers.
+func TestSilentUpstreamFailsFastUntilItAnswers(t *testing.T) {
+	reg, digest, _ := seededRegistry(t)
+	var hang atomic.Bool
+	var manifests, probes atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" && hang.Load() {
+			probes.Add(1)
+		}
+		if strings.Contains(r.URL.Path, "/manifests/") {
+			manifests.Add(1)
+		}
+		if hang.Load() {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := newClient(t, config.Upstream{URL: srv.URL})
+	c.silence.probeEvery = 10 * time.Millisecond
+	ctx := context.Background()
+	if _, err := c.HeadManifest(ctx, "team/app", "v1", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	hang.Store(true)
+	_, err := c.HeadManifest(ctx, "team/app", "v1", 100*time.Millisecond)
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Timeout == 0 || errors.Is(err, ErrSilent) {
+		t.Fatalf("unanswered HEAD: %v, want a timeout", err)
+	}
+	sent := manifests.Load()
+	_, err = c.HeadManifest(ctx, "team/app", "v1", 5*time.Second)
+	if !errors.Is(err, ErrSilent) || !IsUnavailable(err) || !strings.Contains(err.Error(), "no answer within 100ms") {
+		t.Fatalf("HEAD while silent: %v, want an unavailable error saying the upstream is silent", err)
+	}
+	if manifests.Load() != sent {
+		t.Fatal("a request was sent to the silent upstream")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for probes.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes of the silent upstream, want them repeated", probes.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	hang.Store(false)
+	for {
+		desc, err := c.HeadManifest(ctx, "team/app", "v1", 5*time.Second)
+		if err == nil {
+			if desc.Digest != digest {
+				t.Fatalf("digest %s, want %s", desc.Digest, digest)
+			}
+			break
+		}
+		if !errors.Is(err, ErrSilent) || time.Now().After(deadline) {
+			t.Fatalf("after the upstream answers again: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSilenceIsForgottenWhenNobodyAsks: probing stops when no request wanted the upstream for a while, and
+// the next request is sent again (and may find the upstream back).
+func TestSilenceIsForgottenWhenNobodyAsks(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer srv.Close()
+	c := newClient(t, config.Upstream{URL: srv.URL})
+	c.silence.probeEvery, c.silence.forgetAfter = 10*time.Millisecond, 50*time.Millisecond
+	if _, err := c.HeadManifest(context.Background(), "team/app", "v1", 50*time.Millisecond); errors.Is(err, ErrSilent) || err == nil {
+		t.Fatalf("first request: %v, want a timeout", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.silence.mu.Lock()
+		probing := c.silence.probing
+		c.silence.mu.Unlock()
+		if !probing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still probing an upstream nobody asked for")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := c.HeadManifest(context.Background(), "team/app", "v1", 50*time.Millisecond); errors.Is(err, ErrSilent) {
+		t.Fatalf("after silence was forgotten: %v, want the request sent", err)
+	}
 }

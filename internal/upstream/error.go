@@ -22,13 +22,17 @@ type Error struct {
 	RetryAfter string        // the upstream's Retry-After, passed on with a 429
 	Code       string        // the upstream's OCI error code, when it sent one
 	Message    string        // the upstream's OCI error message, when it sent one
-	Err        error
+	// SilentSince is set when the request was not sent: the upstream has left requests unanswered since then.
+	SilentSince time.Time
+	Err         error
 }
 
 func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s on upstream %s: ", e.Op, e.Upstream)
 	switch {
+	case !e.SilentSince.IsZero():
+		b.WriteString(e.Err.Error())
 	case e.Timeout > 0:
 		fmt.Fprintf(&b, "no answer within %s", e.Timeout)
 	case e.Status != 0:

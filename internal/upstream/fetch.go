@@ -102,12 +102,18 @@ func (c *Client) Get(ctx context.Context, repository, suffix, rawQuery, accept s
 // handshake; afterwards the same timeout applies to each pause in the body, so a stalled transfer is cut
 // instead of hanging its readers.
 func (c *Client) do(ctx context.Context, method, repository, suffix, rawQuery, accept string, timeout time.Duration, op string) (*Response, error) {
+	if err := c.silent(op); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(timeout, func() { timedOut.Store(true); cancel() })
 	fail := func(err error) (*Response, error) {
 		timer.Stop()
 		cancel()
+		if timedOut.Load() {
+			c.unanswered(timeout)
+		}
 		return nil, fromTransport(op, c.name, err, timedOut.Load() || errors.Is(err, context.DeadlineExceeded), timeout)
 	}
 	rt, err := c.transport(ctx, repository)

@@ -79,6 +79,48 @@ defaultPolicy: {pull: Always, upstreamTimeout: 1s}
 			t.Fatalf("timeout error took %s with upstreamTimeout 1s", d)
 		}
 	})
+	t.Run("silent upstream", func(t *testing.T) {
+		// Nothing answers, /v2/ included: a blackhole. The first check waits upstreamTimeout; after that the
+		// cache knows, and answers without asking until a probe of /v2/ is answered again.
+		defer px.Clear()
+		waitFor(t, 10*time.Second, "the upstream answers before it goes silent", func() error {
+			if a := manifest(t, c, http.MethodGet, "team/cached", "v1"); a.Header.Get("X-Cache") != "REVALIDATED" {
+				return fmt.Errorf("X-Cache %s", a.Header.Get("X-Cache"))
+			}
+			return nil
+		})
+		px.Delay(30 * time.Second)
+		stale(t)
+		px.Reset()
+		start := time.Now()
+		stale(t)
+		failsWith(t, "team/uncached", 504, "UNAVAILABLE", "no answer within 1s")
+		if n := px.Count("", faultproxy.KindManifest); n != 0 {
+			t.Fatalf("%d manifest requests reached the silent upstream, want none: %+v", n, px.Requests())
+		}
+		if d := time.Since(start); d > 1500*time.Millisecond {
+			t.Errorf("two answers while the upstream is known silent took %s, want no wait for its 1s timeout", d)
+		}
+		waitFor(t, 10*time.Second, "the silent upstream is probed", func() error {
+			if px.Count(http.MethodGet, faultproxy.KindPing) == 0 {
+				return fmt.Errorf("no probe yet: %+v", px.Requests())
+			}
+			return nil
+		})
+		waitFor(t, 10*time.Second, "the cache logs that the upstream is not answering", func() error {
+			if !strings.Contains(c.Log(), "upstream is not answering") {
+				return fmt.Errorf("not logged")
+			}
+			return nil
+		})
+		px.Clear()
+		waitFor(t, 10*time.Second, "the cache asks the upstream again once it answers", func() error {
+			if a := manifest(t, c, http.MethodGet, "team/cached", "v1"); a.Header.Get("X-Cache") != "REVALIDATED" {
+				return fmt.Errorf("X-Cache %s", a.Header.Get("X-Cache"))
+			}
+			return nil
+		})
+	})
 	t.Run("refused", func(t *testing.T) {
 		px.Refuse()
 		defer px.Resume()
