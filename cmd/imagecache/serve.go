@@ -109,6 +109,7 @@ func serve(ctx context.Context, o serveOptions) error {
 			return err
 		}
 		clients[u.Name] = c
+		m.WatchUpstreamSilence(u.Name, c.Silent)
 		routes = append(routes, reference.Upstream{Name: u.Name, Aliases: withURLHost(u), Default: u.Default, DockerHub: isDockerHub(u)})
 	}
 	c := cache.New(st, clients, cfg.Rules(), log)

@@ -89,6 +89,21 @@ func (m *Metrics) CounterFunc(name, help string, f func() float64) {
 	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 }
 
+// WatchUpstreamSilence exports imagecache_upstream_silent{upstream}: 1 while the upstream is known not to
+// answer (requests for it fail at once until a probe is answered), else 0.
+func (m *Metrics) WatchUpstreamSilence(upstream string, silent func() bool) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "imagecache_upstream_silent",
+		Help:        "1 while an upstream leaves requests unanswered and requests for it fail at once until a probe of its /v2/ is answered.",
+		ConstLabels: prometheus.Labels{"upstream": upstream},
+	}, func() float64 {
+		if silent() {
+			return 1
+		}
+		return 0
+	}))
+}
+
 // WrapUpstream instruments the bottom transport of an upstream client.
 func (m *Metrics) WrapUpstream(upstream string, rt http.RoundTripper) http.RoundTripper {
 	return roundTripper(func(req *http.Request) (*http.Response, error) {

@@ -37,6 +37,13 @@ func newSilence() silence { return silence{probeEvery: time.Second, forgetAfter:
 // ErrSilent is wrapped in the Error of a request that was not sent because the upstream is silent.
 var ErrSilent = errors.New("the upstream is not answering")
 
+// Silent reports whether requests for the upstream currently fail at once because it is not answering.
+func (c *Client) Silent() bool {
+	c.silence.mu.Lock()
+	defer c.silence.mu.Unlock()
+	return !c.silence.since.IsZero()
+}
+
 // silent returns the error for a request that is not sent because the upstream is silent, or nil.
 func (c *Client) silent(op string) *Error {
 	s := &c.silence

@@ -113,6 +113,7 @@ defaultPolicy: {pull: Always, upstreamTimeout: 1s}
 			}
 			return nil
 		})
+		assertSeries(t, scrape(t, c), "imagecache_upstream_silent", map[string]float64{`upstream="upstream.test"`: 1})
 		px.Clear()
 		waitFor(t, 10*time.Second, "the cache asks the upstream again once it answers", func() error {
 			if a := manifest(t, c, http.MethodGet, "team/cached", "v1"); a.Header.Get("X-Cache") != "REVALIDATED" {
@@ -120,6 +121,7 @@ defaultPolicy: {pull: Always, upstreamTimeout: 1s}
 			}
 			return nil
 		})
+		assertSeries(t, scrape(t, c), "imagecache_upstream_silent", map[string]float64{`upstream="upstream.test"`: 0})
 	})
 	t.Run("refused", func(t *testing.T) {
 		px.Refuse()
