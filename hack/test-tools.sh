@@ -38,6 +38,8 @@ go_tool crane github.com/google/go-containerregistry/cmd/crane@v0.22.1
 go_tool conformance github.com/opencontainers/distribution-spec/conformance@v0.0.0-20260831232431-97274622c111
 # Helm lints and renders the chart in charts/imagecache (test/deploy; ~3 min cold).
 go_tool helm helm.sh/helm/v3/cmd/helm@v3.22.0
+# kustomize builds deploy/ and its proxy component as `kubectl apply -k` would (test/deploy; ~10 s cold).
+go_tool kustomize sigs.k8s.io/kustomize/kustomize/v5@v5.7.1
 
 # A real kube-apiserver and etcd for the controller and deploy tests (~8 min cold; skipped when built).
 bash hack/envtest-assets.sh bin/envtest

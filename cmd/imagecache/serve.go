@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +36,7 @@ import (
 
 type serveOptions struct {
 	config, listen, storage string
+	proxyListen, proxyCA    string
 	logFormat, logLevel     string
 	accessLog               bool
 	kube                    kubeOptions
@@ -49,7 +52,8 @@ func newServeCommand() *cobra.Command {
 gcr.io, mcr.microsoft.com and public.ecr.aws.`,
 		Example: `  imagecache serve
   imagecache serve --config /etc/imagecache/config.yaml
-  imagecache serve --listen 0.0.0.0:5000 --storage /var/lib/imagecache`,
+  imagecache serve --listen 0.0.0.0:5000 --storage /var/lib/imagecache
+  imagecache serve --config /etc/imagecache/config.yaml --proxy-listen 0.0.0.0:3128 --proxy-ca /etc/imagecache-proxy-ca`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o) },
 	}
@@ -57,6 +61,8 @@ gcr.io, mcr.microsoft.com and public.ecr.aws.`,
 	f.StringVarP(&o.config, "config", "c", "", "config file (YAML); without it the embedded default is used")
 	f.StringVar(&o.listen, "listen", "", "address to listen on, overriding the config's listen")
 	f.StringVar(&o.storage, "storage", "", "storage path, overriding the config's storage.path")
+	f.StringVar(&o.proxyListen, "proxy-listen", "", "address for the intercepting proxy, turning it on or overriding the config's proxy.listen")
+	f.StringVar(&o.proxyCA, "proxy-ca", "", "directory holding the proxy's CA as ca.crt and ca.key (e.g. a mounted Secret), overriding the config's proxy.ca")
 	f.StringVar(&o.logFormat, "log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&o.accessLog, "access-log", true, "log one line per request")
@@ -79,6 +85,23 @@ func loadConfig(o serveOptions) (*config.Config, error) {
 	}
 	if o.storage != "" {
 		cfg.Storage.Path = o.storage
+	}
+	if o.proxyListen != "" {
+		// The rule the config applies to proxy.listen: an address missing its port would only fail at
+		// net.Listen, after the store is opened.
+		if _, port, err := net.SplitHostPort(o.proxyListen); err != nil || port == "" {
+			return nil, fmt.Errorf("--proxy-listen: %q is not a host:port to listen on (write e.g. 0.0.0.0:3128 or :3128)", o.proxyListen)
+		}
+		if cfg.Proxy == nil {
+			cfg.Proxy = &config.Proxy{}
+		}
+		cfg.Proxy.Listen = o.proxyListen
+	}
+	if o.proxyCA != "" {
+		if cfg.Proxy == nil {
+			return nil, errors.New("--proxy-ca: the proxy is off; turn it on with --proxy-listen or proxy.listen in the config")
+		}
+		cfg.Proxy.CA = config.ProxyCA{CertFile: filepath.Join(o.proxyCA, "ca.crt"), KeyFile: filepath.Join(o.proxyCA, "ca.key")}
 	}
 	return cfg, nil
 }

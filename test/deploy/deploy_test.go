@@ -1,8 +1,9 @@
-// Package deploy tests the Kubernetes deployment artifacts: the kustomize base in deploy/ and the Helm chart
-// in charts/imagecache. Both are applied with server-side dry-run to a real kube-apiserver (envtest), so a
-// field the API does not know, a wrong type or a missing required field fails here and not in a user's
-// cluster; then the rendered objects are checked for what the API cannot know (hardening, probes, wiring
-// between objects, the config file parsing as imagecache parses it).
+// Package deploy tests the Kubernetes deployment artifacts: the kustomize base in deploy/ with its proxy
+// component, and the Helm chart in charts/imagecache. Both are rendered by the real kustomize and helm and
+// applied with server-side dry-run to a real kube-apiserver (envtest), so a field the API does not know, a
+// wrong type or a missing required field fails here and not in a user's cluster; then the rendered objects
+// are checked for what the API cannot know (hardening, probes, wiring between objects, the config file
+// parsing as imagecache parses it).
 package deploy
 
 import (
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,17 +36,20 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/proxy"
 )
 
 const namespace = "imagecache"
 
 func TestDeployArtifacts(t *testing.T) {
 	root := repoRoot(t)
-	helm := filepath.Join(root, "bin", "helm")
-	if _, err := os.Stat(helm); err != nil {
-		t.Fatalf("%s is missing: run hack/test-tools.sh to build it (%v)", helm, err)
+	helm, kustomize := filepath.Join(root, "bin", "helm"), filepath.Join(root, "bin", "kustomize")
+	for _, tool := range []string{helm, kustomize} {
+		if _, err := os.Stat(tool); err != nil {
+			t.Fatalf("%s is missing: run hack/test-tools.sh to build it (%v)", tool, err)
+		}
 	}
-	c := startAPIServer(t, root)
+	c, kubeconfig := startAPIServer(t, root)
 	ctx := t.Context()
 
 	// Namespaced dry-runs are refused in a namespace that does not exist, and a dry-run of the Namespace
@@ -76,9 +81,39 @@ spec:
 
 	var kustomized, helmDefault []*unstructured.Unstructured
 	t.Run("Kustomize", func(t *testing.T) {
-		kustomized = renderKustomization(t, c, filepath.Join(root, "deploy"), "")
+		kustomized = kustomizeBuild(t, kustomize, filepath.Join(root, "deploy"))
 		applyAll(t, c, kustomized)
 		checkObjects(t, kustomized, "imagecache")
+	})
+
+	t.Run("KustomizeProxyComponent", func(t *testing.T) {
+		// The component's secretGenerator reads ca.crt and ca.key next to it: build from a copy, so the test
+		// never writes a CA into the repository.
+		dir := t.TempDir()
+		if err := os.CopyFS(filepath.Join(dir, "deploy"), os.DirFS(filepath.Join(root, "deploy"))); err != nil {
+			t.Fatal(err)
+		}
+		certPEM, keyPEM, err := proxy.NewCA(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		component := filepath.Join(dir, "deploy", "components", "proxy")
+		writeFile(t, filepath.Join(component, "ca.crt"), certPEM)
+		writeFile(t, filepath.Join(component, "ca.key"), keyPEM)
+		// The overlay deploy/README.md tells users to write.
+		writeFile(t, filepath.Join(dir, "kustomization.yaml"), []byte(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [deploy]
+components: [deploy/components/proxy]
+`))
+		objs := kustomizeBuild(t, kustomize, dir)
+		applyAll(t, c, objs)
+		sts := statefulSet(t, objs)
+		secret := checkCASecret(t, objs, "imagecache-proxy-ca-")
+		if secret.Namespace != sts.Namespace || !bytes.Equal(secret.Data["ca.crt"], certPEM) {
+			t.Errorf("Secret %s/%s: want it in the pod's namespace %s, with the ca.crt next to the component", secret.Namespace, secret.Name, sts.Namespace)
+		}
+		checkProxy(t, objs, proxyFromArgs(t, sts), secret.Name)
 	})
 
 	t.Run("Helm", func(t *testing.T) {
@@ -113,14 +148,40 @@ spec:
 		}, ","))
 		applyAll(t, c, optional)
 		for _, o := range optional {
-			if k := o.GetKind(); strings.Contains(k, "Role") || k == "ServiceAccount" || k == "PodDisruptionBudget" {
+			// A Secret too: with proxy.caSecret the chart mounts the user's CA and makes none.
+			if k := o.GetKind(); strings.Contains(k, "Role") || k == "ServiceAccount" || k == "PodDisruptionBudget" || k == "Secret" {
 				t.Errorf("%s rendered although it is turned off", describe(o))
 			}
 		}
 		if img := statefulSet(t, optional).Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/imagecache/imagecache:v9.9.9" {
 			t.Errorf("--set image.tag=v9.9.9: image %q", img)
 		}
-		checkProxy(t, optional)
+		checkProxy(t, optional, proxyFromConfig(t, optional), "imagecache-proxy-ca")
+
+		// Without proxy.caSecret the chart makes the CA itself (proxy.createCA defaults to true).
+		createdCA := helmTemplate(t, helm, chart, "--set", "config.proxy.listen=0.0.0.0:3128")
+		applyAll(t, c, createdCA)
+		secret := checkCASecret(t, createdCA, "test-imagecache-proxy-ca")
+		if secret.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("%s: annotations %v; want helm.sh/resource-policy: keep, clients trust this CA", secret.Name, secret.Annotations)
+		}
+		checkProxy(t, createdCA, proxyFromConfig(t, createdCA), secret.Name)
+
+		// An upgrade keeps the CA in the cluster, which clients already trust: helm's lookup sees the Secret
+		// when it renders against the API server (--dry-run=server), as helm upgrade does.
+		certPEM, keyPEM, err := proxy.NewCA(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		installed := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret.Name, Namespace: namespace},
+			Data: map[string][]byte{"ca.crt": certPEM, "ca.key": keyPEM}}
+		if err := c.Create(ctx, installed); err != nil {
+			t.Fatalf("create Secret %s: %v", secret.Name, err)
+		}
+		upgraded := helmTemplate(t, helm, chart, "--set", "config.proxy.listen=0.0.0.0:3128", "--dry-run=server", "--kubeconfig", kubeconfig)
+		if kept := checkCASecret(t, upgraded, secret.Name); !maps.EqualFunc(kept.Data, installed.Data, bytes.Equal) {
+			t.Error("proxy.createCA with the Secret already in the cluster: rendered a new CA instead of keeping the one clients trust")
+		}
 
 		// The admin token comes from a Secret mounted as a file, never from the ConfigMap.
 		withToken := helmTemplate(t, helm, chart, "--set", "admin.tokenSecret=imagecache-admin")
@@ -135,8 +196,8 @@ spec:
 		if !tokenMounted {
 			t.Error("admin.tokenSecret: the Secret is not mounted read-only at /etc/imagecache-admin")
 		}
-		if _, err := helmRender(t, helm, chart, "--set", "config.proxy.listen=0.0.0.0:3128"); err == nil || !strings.Contains(err.Error(), "imagecache ca init") {
-			t.Errorf("config.proxy without proxy.caSecret: %v; want a refusal that says how to make the CA", err)
+		if _, err := helmRender(t, helm, chart, "--set", "config.proxy.listen=0.0.0.0:3128,proxy.createCA=false"); err == nil || !strings.Contains(err.Error(), "imagecache ca init") {
+			t.Errorf("config.proxy with proxy.createCA=false and no proxy.caSecret: %v; want a refusal that says how to make the CA", err)
 		}
 		if _, err := helmRender(t, helm, chart, "--set", "config.listen=127.0.0.1:5000"); err == nil {
 			t.Error("a loopback config.listen rendered; the probes and the Service could never reach it")
@@ -206,8 +267,9 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// startAPIServer runs etcd and kube-apiserver with the generated CRDs installed.
-func startAPIServer(t *testing.T, root string) client.Client {
+// startAPIServer runs etcd and kube-apiserver with the generated CRDs installed. kubeconfig is a file for
+// the tools that talk to it (helm's lookup).
+func startAPIServer(t *testing.T, root string) (c client.Client, kubeconfig string) {
 	t.Helper()
 	assets := filepath.Join(root, "bin", "envtest")
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
@@ -231,71 +293,38 @@ func startAPIServer(t *testing.T, root string) client.Client {
 		}
 	})
 	t.Logf("kube-apiserver and etcd up in %s", time.Since(start).Round(time.Millisecond))
-	c, err := client.New(cfg, client.Options{})
+	c, err = client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatalf("client for envtest: %v", err)
 	}
-	return c
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatalf("envtest user: %v", err)
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		t.Fatalf("envtest kubeconfig: %v", err)
+	}
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	writeFile(t, kubeconfig, kc)
+	return c, kubeconfig
 }
 
-// kustomization is the subset of kustomize's format the base may use. Decoding is strict, so a generator,
-// patch or label transformer added to deploy/ fails the test instead of being silently left out of what is
-// checked here.
-type kustomization struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Namespace  string   `json:"namespace,omitempty"`
-	Resources  []string `json:"resources"`
-}
-
-// renderKustomization does what `kustomize build dir` does for a base of resources and a namespace: it
-// reads the listed files (recursing into directories with their own kustomization.yaml) and puts namespaced
-// objects without a namespace into the kustomization's namespace (an inner one's first, then the outer's).
-func renderKustomization(t *testing.T, c client.Client, dir, outerNamespace string) []*unstructured.Unstructured {
+// kustomizeBuild renders dir as `kubectl apply -k` would.
+func kustomizeBuild(t *testing.T, kustomize, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	path := filepath.Join(dir, "kustomization.yaml")
-	var k kustomization
-	if err := yaml.UnmarshalStrict(readFile(t, path), &k); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	cmd := exec.CommandContext(t.Context(), kustomize, "build", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.Bytes())
 	}
-	if k.Kind != "Kustomization" || len(k.Resources) == 0 {
-		t.Fatalf("%s: kind %q with %d resources; want a Kustomization that lists resources", path, k.Kind, len(k.Resources))
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range k.Resources {
-		p := filepath.Join(dir, r)
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatalf("%s: resource %s: %v", path, r, err)
-		}
-		if fi.IsDir() {
-			objs = append(objs, renderKustomization(t, c, p, "")...)
-		} else {
-			objs = append(objs, decodeAll(t, p, readFile(t, p))...)
-		}
-	}
-	for _, ns := range []string{k.Namespace, outerNamespace} {
-		if ns != "" {
-			setNamespace(t, c, objs, ns)
-		}
-	}
+	objs := decodeAll(t, "kustomize build "+dir, out)
 	if len(objs) == 0 {
-		t.Fatalf("%s renders no objects", path)
+		t.Fatalf("kustomize build %s renders no objects", dir)
 	}
 	return objs
-}
-
-func setNamespace(t *testing.T, c client.Client, objs []*unstructured.Unstructured, ns string) {
-	t.Helper()
-	for _, o := range objs {
-		namespaced, err := c.IsObjectNamespaced(o)
-		if err != nil {
-			t.Fatalf("%s: is it namespaced? %v", describe(o), err)
-		}
-		if namespaced && o.GetNamespace() == "" {
-			o.SetNamespace(ns)
-		}
-	}
 }
 
 // decodeAll splits a multi-document YAML file into objects, skipping empty documents (helm template
@@ -664,44 +693,114 @@ func readFile(t *testing.T, path string) []byte {
 	return b
 }
 
-// checkProxy checks the chart's optional intercepting proxy: config.proxy.ca points into the mounted CA
-// Secret, and the pod and the Service expose the proxy port.
-func checkProxy(t *testing.T, objs []*unstructured.Unstructured) {
+// proxySetup is how the pod runs the intercepting proxy: where it listens and the directory it reads ca.crt
+// and ca.key from.
+type proxySetup struct{ listen, caDir string }
+
+// proxyFromConfig reads the chart's way: config.yaml's proxy section, parsed as serve parses it.
+func proxyFromConfig(t *testing.T, objs []*unstructured.Unstructured) proxySetup {
 	t.Helper()
 	cfg, err := config.Parse([]byte(configYAML(t, objs)), "config.yaml")
 	if err != nil {
 		t.Fatalf("config.yaml with the proxy does not parse: %v", err)
 	}
-	if cfg.Proxy == nil || cfg.Proxy.Listen != "0.0.0.0:3128" || cfg.Proxy.CA.CertFile != "/etc/imagecache-proxy-ca/ca.crt" || cfg.Proxy.CA.KeyFile != "/etc/imagecache-proxy-ca/ca.key" {
-		t.Errorf("proxy config %+v, want listen 0.0.0.0:3128 and the CA from /etc/imagecache-proxy-ca", cfg.Proxy)
+	if cfg.Proxy == nil {
+		t.Fatal("config.yaml has no proxy.listen: the proxy is off")
+	}
+	dir := filepath.Dir(cfg.Proxy.CA.CertFile)
+	if cfg.Proxy.CA.CertFile != filepath.Join(dir, "ca.crt") || cfg.Proxy.CA.KeyFile != filepath.Join(dir, "ca.key") {
+		t.Errorf("config.yaml proxy.ca %+v, want ca.crt and ca.key from one mounted Secret", cfg.Proxy.CA)
+	}
+	return proxySetup{listen: cfg.Proxy.Listen, caDir: dir}
+}
+
+// proxyFromArgs reads the kustomize component's way: serve's --proxy-listen and --proxy-ca flags, which
+// override whatever config.yaml says.
+func proxyFromArgs(t *testing.T, sts *appsv1.StatefulSet) proxySetup {
+	t.Helper()
+	var p proxySetup
+	args := sts.Spec.Template.Spec.Containers[0].Args
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--proxy-listen="); ok {
+			p.listen = v
+		}
+		if v, ok := strings.CutPrefix(a, "--proxy-ca="); ok {
+			p.caDir = v
+		}
+	}
+	if p.listen == "" || p.caDir == "" {
+		t.Errorf("StatefulSet %s: args %q, want --proxy-listen= and --proxy-ca=", sts.Name, args)
+	}
+	return p
+}
+
+// checkProxy checks that the proxy listens on all interfaces at 3128, reads its CA from the mounted Secret
+// secretName, and that the pod and the Service expose its port.
+func checkProxy(t *testing.T, objs []*unstructured.Unstructured, p proxySetup, secretName string) {
+	t.Helper()
+	if p.listen != "0.0.0.0:3128" || p.caDir != "/etc/imagecache-proxy-ca" {
+		t.Errorf("proxy listens on %q with the CA in %q; want 0.0.0.0:3128 and /etc/imagecache-proxy-ca", p.listen, p.caDir)
 	}
 	spec := statefulSet(t, objs).Spec.Template.Spec
 	var port, mount, secret bool
-	for _, p := range spec.Containers[0].Ports {
-		port = port || (p.Name == "proxy" && p.ContainerPort == 3128)
+	for _, cp := range spec.Containers[0].Ports {
+		port = port || (cp.Name == "proxy" && cp.ContainerPort == 3128)
 	}
 	for _, m := range spec.Containers[0].VolumeMounts {
-		mount = mount || (m.Name == "proxy-ca" && m.MountPath == "/etc/imagecache-proxy-ca")
+		mount = mount || (m.Name == "proxy-ca" && m.MountPath == p.caDir && m.ReadOnly)
 	}
 	for _, v := range spec.Volumes {
-		secret = secret || (v.Name == "proxy-ca" && v.Secret != nil && v.Secret.SecretName == "imagecache-proxy-ca")
+		secret = secret || (v.Name == "proxy-ca" && v.Secret != nil && v.Secret.SecretName == secretName &&
+			v.Secret.DefaultMode != nil && *v.Secret.DefaultMode == 0o440)
 	}
 	if !port || !mount || !secret {
-		t.Errorf("StatefulSet: proxy container port %v, CA volume mount %v, Secret volume %v; want all", port, mount, secret)
+		t.Errorf("StatefulSet: proxy container port 3128 %v, CA volume mounted read-only at %s %v, Secret %s volume with mode 0440 %v; want all",
+			port, p.caDir, mount, secretName, secret)
 	}
 	var svcPort bool
 	for _, o := range objs {
 		if o.GetKind() != "Service" {
 			continue
 		}
-		ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
-		for _, p := range ports {
-			if m, ok := p.(map[string]any); ok && m["name"] == "proxy" {
-				svcPort = true
-			}
+		var s corev1.Service
+		fromUnstructured(t, o, &s)
+		for _, sp := range s.Spec.Ports {
+			svcPort = svcPort || (sp.Name == "proxy" && sp.Port == 3128 && sp.TargetPort.String() == "proxy")
 		}
 	}
 	if !svcPort {
-		t.Error("the Service has no proxy port")
+		t.Error("the Service has no proxy port 3128 with targetPort proxy")
+	}
+}
+
+// checkCASecret finds the rendered Secret whose name starts with prefix (kustomize appends a hash of its
+// content) and checks that the proxy would accept its CA.
+func checkCASecret(t *testing.T, objs []*unstructured.Unstructured, prefix string) *corev1.Secret {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "Secret" || !strings.HasPrefix(o.GetName(), prefix) {
+			continue
+		}
+		var s corev1.Secret
+		fromUnstructured(t, o, &s)
+		data := map[string][]byte{}
+		maps.Copy(data, s.Data)
+		for k, v := range s.StringData {
+			data[k] = []byte(v)
+		}
+		if _, err := proxy.ParseCA(data["ca.crt"], data["ca.key"], time.Now()); err != nil {
+			t.Errorf("%s: ca.crt and ca.key are not a CA the proxy accepts: %v", describe(o), err)
+		}
+		s.Data = data
+		return &s
+	}
+	t.Fatalf("no Secret named %s* rendered", prefix)
+	return nil
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

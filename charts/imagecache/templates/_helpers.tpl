@@ -56,7 +56,7 @@ neither the Service nor the kubelet's probes could reach it.
 
 {{/*
 The intercepting proxy's port, from config.proxy.listen; empty when the proxy is off. It needs a CA: the
-proxy.caSecret Secret (mounted and filled into config.proxy.ca) or config.proxy.ca pointing at files.
+proxy.caSecret Secret, the one the chart creates (proxy.createCA), or config.proxy.ca pointing at files.
 */}}
 {{- define "imagecache.proxyPort" -}}
 {{- with .Values.config.proxy }}
@@ -65,10 +65,22 @@ proxy.caSecret Secret (mounted and filled into config.proxy.ca) or config.proxy.
 {{- if or (hasPrefix "127." $listen) (hasPrefix "localhost" $listen) (hasPrefix "[::1]" $listen) }}
 {{- fail (printf "config.proxy.listen must be a non-loopback address such as 0.0.0.0:3128 (got %q): clients reach the proxy through the Service" $listen) }}
 {{- end }}
-{{- if not (or $.Values.proxy.caSecret .ca) }}
-{{- fail "config.proxy needs a CA: make one with `imagecache ca init --dir ca`, create a Secret from it (kubectl create secret generic imagecache-proxy-ca --from-file=ca) and set proxy.caSecret to its name" }}
+{{- if not (or $.Values.proxy.caSecret .ca $.Values.proxy.createCA) }}
+{{- fail "config.proxy needs a CA: set proxy.createCA=true for the chart to make one, or make one with `imagecache ca init --dir ca`, create a Secret from it (kubectl create secret generic imagecache-proxy-ca --from-file=ca) and set proxy.caSecret to its name" }}
 {{- end }}
 {{- splitList ":" $listen | last }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret holding the proxy's CA, mounted at /etc/imagecache-proxy-ca: proxy.caSecret, else the one the chart
+creates when the proxy is on without a CA of its own; empty when there is none.
+*/}}
+{{- define "imagecache.proxyCASecret" -}}
+{{- if .Values.proxy.caSecret }}
+{{- .Values.proxy.caSecret }}
+{{- else if and .Values.proxy.createCA (include "imagecache.proxyPort" .) (not .Values.config.proxy.ca) }}
+{{- include "imagecache.fullname" . }}-proxy-ca
 {{- end }}
 {{- end }}
