@@ -144,11 +144,11 @@ func serve(ctx context.Context, o serveOptions) error {
 	}
 	observeStorage(m, st, evictor, cfg.Storage.MaxSize)
 	m.GaugeFunc("imagecache_downloads_in_flight", "Blob downloads from upstreams in progress.", func() float64 { return float64(c.DownloadsInFlight()) })
-	sets, err := files.NewManager(st, cfg.Files, c, cfg.Upstreams, log)
+	router := reference.NewRouter(routes)
+	sets, err := files.NewManager(st, cfg.Files, c, router, log)
 	if err != nil {
 		return err
 	}
-	router := reference.NewRouter(routes)
 	handler := server.Handler(server.Routes{
 		Registry: registry.New(c, router, log, observer{m, statistics}),
 		Files:    sets,

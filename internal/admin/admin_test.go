@@ -93,12 +93,13 @@ func newEnv(t *testing.T, edit func(*config.Config)) *env {
 		t.Fatal(err)
 	}
 	c := cache.New(st, map[string]*upstream.Client{"up": client}, cfg.Rules(), log)
-	sets, err := files.NewManager(st, nil, c, cfg.Upstreams, log)
+	router := reference.NewRouter([]reference.Upstream{{Name: "up", Default: true}})
+	sets, err := files.NewManager(st, nil, c, router, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := New(Deps{Config: cfg, Store: st, Cache: c, Files: sets, Evictor: eviction.New(st, 0, 0.9, log),
-		Stats: stats.New(), Router: reference.NewRouter([]reference.Upstream{{Name: "up", Default: true}}), Log: log})
+		Stats: stats.New(), Router: router, Log: log})
 	return &env{t: t, api: api, st: st, upstream: up, host: strings.TrimPrefix(srv.URL, "http://")}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/store"
 )
 
@@ -26,7 +27,7 @@ type Manager struct {
 	store   *store.Store
 	fetcher *Fetcher
 	images  Images // for oci:// sources; nil when there is no registry side
-	hosts   []config.Upstream
+	router  *reference.Router // finds the upstream an oci:// source's host names
 	log     *slog.Logger
 	grace   time.Duration // before replaced files are removed
 
@@ -42,8 +43,11 @@ type Manager struct {
 
 // NewManager loads the published version of each set from the store, so that serving starts at once,
 // before any refresh.
-func NewManager(st *store.Store, sets []config.FileSet, images Images, upstreams []config.Upstream, log *slog.Logger) (*Manager, error) {
-	m := &Manager{store: st, fetcher: &Fetcher{}, images: images, hosts: upstreams, log: log, sets: map[string]*set{}, grace: DefaultGrace}
+func NewManager(st *store.Store, sets []config.FileSet, images Images, router *reference.Router, log *slog.Logger) (*Manager, error) {
+	if router == nil {
+		router = reference.NewRouter(nil)
+	}
+	m := &Manager{store: st, fetcher: &Fetcher{}, images: images, router: router, log: log, sets: map[string]*set{}, grace: DefaultGrace}
 	for _, cfg := range sets {
 		s, err := m.load(cfg)
 		if err != nil {

@@ -51,19 +51,14 @@ func (m *Manager) ociRef(rawURL string) (up, repository, ref string, err error) 
 	} else {
 		return "", "", "", fmt.Errorf("source %q names no tag or digest: write oci://%s/%s:<tag> or @sha256:<digest>", rawURL, u.Host, rest)
 	}
-	if err := reference.ValidateName(repository); err != nil {
+	up, repository, known, err := m.router.OnHost(u.Host, repository)
+	if !known {
+		return "", "", "", fmt.Errorf("source %q: %s is not a configured upstream (configured: %s); add it to upstreams, as a name or an alias", rawURL, u.Host, strings.Join(m.router.Names(), ", "))
+	}
+	if err != nil {
 		return "", "", "", fmt.Errorf("source %q: %w", rawURL, err)
 	}
-	for _, c := range m.hosts {
-		if strings.EqualFold(c.Name, u.Host) || containsFold(c.Aliases, u.Host) || hostOf(c.URL) == strings.ToLower(u.Host) {
-			return c.Name, repository, ref, nil
-		}
-	}
-	names := make([]string, 0, len(m.hosts))
-	for _, c := range m.hosts {
-		names = append(names, c.Name)
-	}
-	return "", "", "", fmt.Errorf("source %q: %s is not a configured upstream (configured: %s); add it to upstreams", rawURL, u.Host, strings.Join(names, ", "))
+	return up, repository, ref, nil
 }
 
 // attemptOCI publishes the titled layers of an artifact (for an index, of the manifest for the set's
@@ -207,21 +202,4 @@ func pickArchitecture(body []byte, arch string) (string, error) {
 		seen = append(seen, d.Platform.OS+"/"+d.Platform.Architecture)
 	}
 	return "", fmt.Errorf("the index has no manifest for architecture %s (it has: %s)", want, strings.Join(seen, ", "))
-}
-
-func containsFold(list []string, s string) bool {
-	for _, x := range list {
-		if strings.EqualFold(x, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func hostOf(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return ""
-	}
-	return strings.ToLower(u.Host)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/store"
 )
 
@@ -17,8 +18,8 @@ func newTestManager(t *testing.T, sets ...config.FileSet) *Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	ups := []config.Upstream{{Name: "upstream.test", URL: "http://127.0.0.1:5001", Aliases: []string{"127.0.0.1:5001"}}}
-	m, err := NewManager(st, sets, nil, ups, slog.New(slog.DiscardHandler))
+	router := reference.NewRouter([]reference.Upstream{{Name: "upstream.test", Aliases: []string{"127.0.0.1:5001"}}})
+	m, err := NewManager(st, sets, nil, router, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

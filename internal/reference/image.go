@@ -25,10 +25,11 @@ func (r *Router) ResolveImage(ref string) (upstream, repository, tagOrDigest str
 	}
 	host, rest, ok := strings.Cut(name, "/")
 	if ok && (strings.ContainsAny(host, ".:") || host == "localhost") {
-		if !r.names(host) {
+		var known bool
+		upstream, repository, known, err = r.OnHost(host, rest)
+		if !known {
 			return "", "", "", errorf(CodeNameUnknown, "registry %s in %s is not one of imagecache's upstreams; add it to upstreams (as a name or an alias) or pull through one that is", quote(host), quote(ref))
 		}
-		upstream, repository, err = r.Route(rest, host)
 	} else {
 		upstream, repository, err = r.Route(name, "")
 	}

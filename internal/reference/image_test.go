@@ -20,6 +20,9 @@ func TestResolveImage(t *testing.T) {
 		{"127.0.0.1:5001/team/app:v1", "local", "team/app", "v1", ""},
 		{"127.0.0.1:5001/team/app@" + d, "local", "team/app", d, ""},
 		{"upstream.test/team/app:v1", "upstream.test", "team/app", "v1", ""},
+		// The host decides: a repository whose first component names another upstream stays on this one.
+		{"upstream.test/local/app:v1", "upstream.test", "local/app", "v1", ""},
+		{"registry-1.docker.io/redis:7", "docker.io", "library/redis", "7", ""},
 		{"quay.io/org/app:v1", "", "", "", "not one of imagecache's upstreams"},
 		{"Team/App:v1", "", "", "", "uppercase"},
 		{"team/app:-bad", "", "", "", "TAG_INVALID"},

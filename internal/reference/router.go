@@ -58,15 +58,62 @@ func (r *Router) Route(name, ns string) (upstream, repository string, err error)
 	if u == nil {
 		return "", "", r.unknown(name, ns)
 	}
-	if u.DockerHub && !strings.Contains(repo, "/") {
-		repo = "library/" + repo
+	return u.on(repo)
+}
+
+// OnHost routes a repository named together with its registry host, as an image reference
+// (registry.test/team/app) or an oci:// URL names it: the upstream whose name or alias is host (any Docker
+// Hub host finds the Docker Hub upstream), and the repository as it is but for Docker Hub's library/ rule.
+// Unlike Route, neither a path prefix nor the default upstream applies: the host decides. ok is false when
+// no upstream serves host.
+func (r *Router) OnHost(host, name string) (upstream, repository string, ok bool, err error) {
+	if err := ValidateName(name); err != nil {
+		return "", "", true, err
+	}
+	u := r.byHost(host)
+	if u == nil {
+		return "", "", false, nil
+	}
+	upstream, repository, err = u.on(name)
+	return upstream, repository, true, err
+}
+
+// Names lists the configured upstreams' names, for messages.
+func (r *Router) Names() []string {
+	names := make([]string, len(r.ups))
+	for i, u := range r.ups {
+		names[i] = u.Name
+	}
+	return names
+}
+
+// on is the repository name on u for a client-facing one: Docker Hub's official images get "library/".
+func (u *Upstream) on(name string) (upstream, repository string, err error) {
+	if u.DockerHub && !strings.Contains(name, "/") {
+		name = "library/" + name
 	}
 	// Only "library/" can make a valid name invalid (by length), but
 	// validating here keeps the promise whatever the rules become.
-	if err := ValidateName(repo); err != nil {
+	if err := ValidateName(name); err != nil {
 		return "", "", err
 	}
-	return u.Name, repo, nil
+	return u.Name, name, nil
+}
+
+func (r *Router) byHost(host string) *Upstream {
+	for i := range r.ups {
+		if r.ups[i].is(host) {
+			return &r.ups[i]
+		}
+	}
+	if IsDockerHubHost(host) {
+		for i := range r.ups {
+			if r.ups[i].DockerHub {
+				return &r.ups[i]
+			}
+		}
+	}
+	return nil
 }
 
 func (r *Router) match(name, ns string) (*Upstream, string) {
@@ -77,22 +124,11 @@ func (r *Router) match(name, ns string) (*Upstream, string) {
 			}
 		}
 	}
-	if ns != "" {
-		for i := range r.ups {
-			if r.ups[i].is(ns) {
-				return &r.ups[i], name
-			}
-		}
-		// containerd sends ns=docker.io for Docker Hub whatever the
-		// upstream is called here, so any Docker Hub host finds the
-		// Docker Hub upstream even without aliases.
-		if IsDockerHubHost(ns) {
-			for i := range r.ups {
-				if r.ups[i].DockerHub {
-					return &r.ups[i], name
-				}
-			}
-		}
+	// containerd sends ns=docker.io for Docker Hub whatever the upstream
+	// is called here, so byHost finds the Docker Hub upstream for any of
+	// its hosts even without aliases.
+	if u := r.byHost(ns); ns != "" && u != nil {
+		return u, name
 	}
 	if r.def >= 0 {
 		return &r.ups[r.def], name
