@@ -26,7 +26,7 @@ const (
 type Manager struct {
 	store   *store.Store
 	fetcher *Fetcher
-	images  Images // for oci:// sources; nil when there is no registry side
+	images  Images            // for oci:// sources; nil when there is no registry side
 	router  *reference.Router // finds the upstream an oci:// source's host names
 	log     *slog.Logger
 	grace   time.Duration // before replaced files are removed
