@@ -63,7 +63,7 @@ func imagesTable(w io.Writer, images []admin.Image, wide bool, now time.Time) er
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	head := "NAME\tTAGS\tDIGEST\tSIZE\tLAST USE\tPINNED"
 	if wide {
-		head = "NAME\tTAGS\tDIGEST\tSIZE\tUNIQUE\tLAST USE\tPINNED\tSTATE"
+		head = "NAME\tTAGS\tDIGEST\tSIZE\tUNIQUE\tLAST USE\tUSES\tPINNED\tSTATE"
 	}
 	fmt.Fprintln(tw, head)
 	for _, img := range images {
@@ -78,8 +78,8 @@ func imagesTable(w io.Writer, images []admin.Image, wide bool, now time.Time) er
 			pinned = "yes"
 		}
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, tags, img.Digest, progress.Bytes(img.Size), progress.Bytes(img.UniqueSize),
-				ago(img.LastUse, now), pinned, img.State)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", name, tags, img.Digest, progress.Bytes(img.Size), progress.Bytes(img.UniqueSize),
+				ago(img.LastUse, now), img.Uses, pinned, img.State)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, tags, shortDigest(img.Digest), progress.Bytes(img.Size), ago(img.LastUse, now), pinned)

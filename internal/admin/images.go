@@ -23,6 +23,7 @@ type Image struct {
 	UniqueSize   int64       `json:"uniqueSize"` // bytes no other image uses: about what a purge frees
 	Objects      int         `json:"objects"`
 	LastUse      time.Time   `json:"lastUse"`
+	Uses         int64       `json:"uses"` // manifest requests served for it (by tag or digest), since it was stored
 	Pinned       bool        `json:"pinned"`
 	PinnedBy     []store.Pin `json:"pinnedBy,omitempty"`
 	State        string      `json:"state"`   // cached (pullable with the upstream down) or partial
@@ -71,7 +72,7 @@ func listImages(w http.ResponseWriter, r *http.Request, e *eviction.Evictor, rou
 
 func imageOf(u eviction.Image) Image {
 	img := Image{Repositories: u.Repositories, Tags: []string{}, References: []string{}, Digest: u.Digest,
-		MediaType: u.MediaType, Size: u.Size, UniqueSize: u.UniqueSize, Objects: u.Objects, LastUse: u.LastUse,
+		MediaType: u.MediaType, Size: u.Size, UniqueSize: u.UniqueSize, Objects: u.Objects, LastUse: u.LastUse, Uses: u.Uses,
 		Pinned: len(u.PinnedBy) > 0, PinnedBy: u.PinnedBy, State: "cached", Missing: u.Missing}
 	if img.Repositories == nil {
 		img.Repositories = []string{}

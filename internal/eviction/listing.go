@@ -20,6 +20,7 @@ type Image struct {
 	Objects      int            // stored objects in its graph
 	Missing      int            // blobs (or, for an index with no platform stored, manifests) named but not stored
 	LastUse      time.Time      //
+	Uses         int64          // how many times its root manifest (or index) was served
 	PinnedBy     []store.Pin    // the pins that keep it; empty when it is not pinned
 }
 
@@ -38,12 +39,16 @@ func (e *Evictor) Images() ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	uses, err := e.st.Uses()
+	if err != nil {
+		return nil, err
+	}
 	var out []Image
 	for _, u := range g.units {
 		if u.Kind != "image" {
 			continue
 		}
-		img := Image{Digest: u.Root, MediaType: g.objects[u.Root].MediaType, Tags: u.tags, LastUse: u.LastUse,
+		img := Image{Digest: u.Root, MediaType: g.objects[u.Root].MediaType, Tags: u.tags, LastUse: u.LastUse, Uses: uses[u.Root],
 			Objects: len(u.closure), PinnedBy: owners[u.Root], Repositories: repos[u.Root]}
 		for _, t := range u.tags {
 			if name := t.Upstream + "/" + t.Repository; !slices.Contains(img.Repositories, name) {

@@ -20,7 +20,7 @@ var (
 )
 
 func createBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketObjects, bucketTags, bucketLinks, bucketDocs, bucketSets, bucketAtimes, bucketPins} {
+	for _, b := range [][]byte{bucketObjects, bucketTags, bucketLinks, bucketDocs, bucketSets, bucketAtimes, bucketUses, bucketPins} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
@@ -136,6 +136,13 @@ func (s *Store) forget(digest string) error {
 			return nil
 		}
 		if err := json.Unmarshal(raw, &gone); err != nil {
+			return err
+		}
+		// Content fetched again later starts with no history of its own.
+		if err := tx.Bucket(bucketAtimes).Delete([]byte(digest)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketUses).Delete([]byte(digest)); err != nil {
 			return err
 		}
 		return b.Delete([]byte(digest))

@@ -209,3 +209,49 @@ func TestSetVersions(t *testing.T) {
 		t.Fatalf("sets %v", names)
 	}
 }
+
+// TestUsesCountEveryTouchAndSurviveARestart: use counts add up across flushes, persist, and go with the
+// object, so that content fetched again starts from nothing.
+func TestUsesCountEveryTouchAndSurviveARestart(t *testing.T) {
+	root := t.TempDir()
+	s, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte("content")
+	d := digest.FromBytes(body).String()
+	if err := s.Put(d, "", body); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s.Touch(d)
+	}
+	if uses, _ := s.Uses(); uses[d] != 3 {
+		t.Fatalf("uses before a flush: %d, want 3", uses[d])
+	}
+	if err := s.FlushAccessTimes(); err != nil {
+		t.Fatal(err)
+	}
+	s.Touch(d)
+	if err := s.FlushAccessTimes(); err != nil {
+		t.Fatal(err)
+	}
+	s.Touch(d) // pending at Close, which flushes
+	s.Close()
+
+	s = openStore(t, root)
+	if uses, _ := s.Uses(); uses[d] != 5 {
+		t.Fatalf("uses after a restart: %d, want 5", uses[d])
+	}
+	if err := s.Remove(d); err != nil {
+		t.Fatal(err)
+	}
+	uses, _ := s.Uses()
+	times, _ := s.AccessTimes()
+	if _, ok := uses[d]; ok {
+		t.Fatalf("a removed object still has %d uses", uses[d])
+	}
+	if _, ok := times[d]; ok {
+		t.Fatal("a removed object still has an access time")
+	}
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -95,41 +96,67 @@ func (s *Store) ForEachObject(f func(Object) error) error {
 
 var bucketAtimes = []byte("atimes") // digest -> last use, unix nanoseconds as decimal text
 
-// atimes batches access times in memory: a hit must not cost an index write.
+var bucketUses = []byte("uses") // digest -> how many times it was served, decimal text
+
+// atimes batches access times and use counts in memory: a hit must not cost an index write.
 type atimes struct {
 	mu      sync.Mutex
-	pending map[string]int64
+	pending map[string]int64 // digest -> last use
+	uses    map[string]int64 // digest -> uses since the last flush
 }
 
-// Touch records that digest was just used (served or checked).
+// Touch records that digest was just used (served or checked): its last use, and one more use.
 func (s *Store) Touch(digest string) {
 	now := time.Now().UnixNano()
 	s.atime.mu.Lock()
 	if s.atime.pending == nil {
-		s.atime.pending = map[string]int64{}
+		s.atime.pending, s.atime.uses = map[string]int64{}, map[string]int64{}
 	}
 	s.atime.pending[digest] = now
+	s.atime.uses[digest]++
 	s.atime.mu.Unlock()
 }
 
-// FlushAccessTimes writes the batched access times in one transaction.
+// FlushAccessTimes writes the batched access times and use counts in one transaction.
 func (s *Store) FlushAccessTimes() error {
 	s.atime.mu.Lock()
-	batch := s.atime.pending
-	s.atime.pending = nil
+	batch, uses := s.atime.pending, s.atime.uses
+	s.atime.pending, s.atime.uses = nil, nil
 	s.atime.mu.Unlock()
 	if len(batch) == 0 {
 		return nil
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketAtimes)
+		b, u := tx.Bucket(bucketAtimes), tx.Bucket(bucketUses)
 		for d, t := range batch {
 			if err := b.Put([]byte(d), []byte(formatUnix(t))); err != nil {
 				return err
 			}
 		}
+		for d, n := range uses {
+			if err := u.Put([]byte(d), []byte(strconv.FormatInt(count(u.Get([]byte(d)))+n, 10))); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
+}
+
+// Uses returns how many times each object was served (flushed or pending), for the ones that were.
+func (s *Store) Uses() (map[string]int64, error) {
+	out := map[string]int64{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketUses).ForEach(func(k, v []byte) error {
+			out[string(k)] = count(v)
+			return nil
+		})
+	})
+	s.atime.mu.Lock()
+	for d, n := range s.atime.uses {
+		out[d] += n
+	}
+	s.atime.mu.Unlock()
+	return out, err
 }
 
 // AccessTimes returns the last use of every object that has one (flushed or pending).
@@ -163,4 +190,10 @@ func (s *Store) Available() (int64, error) {
 		return 0, fmt.Errorf("statfs %s: %w", s.root, err)
 	}
 	return int64(fs.Bavail) * int64(fs.Bsize), nil
+}
+
+// count reads a use count; a missing or unreadable one is 0.
+func count(b []byte) int64 {
+	n, _ := strconv.ParseInt(string(b), 10, 64)
+	return n
 }

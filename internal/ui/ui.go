@@ -108,16 +108,16 @@ func (h handler) view() *view {
 	if images, err := d.Images(); err != nil {
 		v.InventoryError = err.Error()
 	} else {
-		v.Largest, v.MostRecent, v.ImageCount = topImages(images, 10)
+		v.Largest, v.MostUsed, v.ImageCount = topImages(images, 10)
 	}
 	v.Sets = d.Sets()
 	v.Alerts = v.alerts()
 	return v
 }
 
-// topImages returns the largest and the most recently used images. The store records when an image was
-// last used, not how often, so recency stands for use.
-func topImages(all []eviction.Image, n int) (largest, recent []image, count int) {
+// topImages returns the largest and the most used images: the most requested, the most recently used
+// first among equals.
+func topImages(all []eviction.Image, n int) (largest, used []image, count int) {
 	images := make([]image, 0, len(all))
 	for _, img := range all {
 		images = append(images, newImage(img))
@@ -130,14 +130,17 @@ func topImages(all []eviction.Image, n int) (largest, recent []image, count int)
 		}
 		return byDigest(a, b)
 	})
-	recent = slices.Clone(images)
-	slices.SortFunc(recent, func(a, b image) int {
+	used = slices.Clone(images)
+	slices.SortFunc(used, func(a, b image) int {
+		if c := cmp.Compare(b.Uses, a.Uses); c != 0 {
+			return c
+		}
 		if c := b.LastUse.Compare(a.LastUse); c != 0 {
 			return c
 		}
 		return byDigest(a, b)
 	})
-	return largest[:min(n, len(largest))], recent[:min(n, len(recent))], len(images)
+	return largest[:min(n, len(largest))], used[:min(n, len(used))], len(images)
 }
 
 // image is one row of an image table.
@@ -146,12 +149,13 @@ type image struct {
 	Digest  string
 	Size    int64
 	LastUse time.Time
+	Uses    int64 // requests for its root manifest
 	Pinned  bool
 	Missing int // objects its manifests name that are not stored: not pullable with the upstream down
 }
 
 func newImage(img eviction.Image) image {
-	out := image{Digest: img.Digest, Size: img.Size, LastUse: img.LastUse, Pinned: len(img.PinnedBy) > 0, Missing: img.Missing}
+	out := image{Digest: img.Digest, Size: img.Size, LastUse: img.LastUse, Uses: img.Uses, Pinned: len(img.PinnedBy) > 0, Missing: img.Missing}
 	for _, t := range img.Tags {
 		out.Refs = append(out.Refs, t.Upstream+"/"+t.Repository+":"+t.Tag)
 	}

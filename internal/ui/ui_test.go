@@ -62,9 +62,9 @@ func fakeDeps() Deps {
 	tag := func(up, repo, t string) store.TagRef { return store.TagRef{Upstream: up, Repository: repo, Tag: t} }
 	images := []eviction.Image{
 		{Digest: "sha256:aaaaaaaaaaaaaaaaaaaa", Tags: []store.TagRef{tag("docker.io", "library/nginx", "1.27")}, Size: 3 << 30,
-			LastUse: now.Add(-2 * time.Hour), PinnedBy: []store.Pin{{Owner: "config", Reference: "docker.io/library/nginx:1.27"}}},
+			LastUse: now.Add(-2 * time.Hour), Uses: 1500, PinnedBy: []store.Pin{{Owner: "config", Reference: "docker.io/library/nginx:1.27"}}},
 		{Digest: "sha256:bbbbbbbbbbbbbbbbbbbb", Tags: []store.TagRef{tag("quay.io", "team/app", "v1"), tag("quay.io", "team/app", "latest")},
-			Size: 1 << 30, LastUse: now.Add(-30 * time.Second), Missing: 2},
+			Size: 1 << 30, LastUse: now.Add(-30 * time.Second), Uses: 7, Missing: 2},
 		{Digest: "sha256:cccccccccccccccccccc", Repositories: []string{"ghcr.io/org/tool"}, Size: 2 << 20, LastUse: now.Add(-26 * time.Hour)},
 	}
 	checked, next := now.Add(-5*time.Minute), now.Add(55*time.Minute)
@@ -188,9 +188,10 @@ func TestPage(t *testing.T) {
 	if strings.Index(largest, "nginx") > strings.Index(largest, "quay.io/team/app") {
 		t.Error("largest images are not largest first")
 	}
-	recent := section(t, html, "recent-images")
-	if strings.Index(recent, "quay.io/team/app") > strings.Index(recent, "nginx") || !strings.Contains(recent, "30s ago") {
-		t.Errorf("most recently used images are not newest first:\n%s", recent)
+	used := section(t, html, "most-used")
+	if strings.Index(used, "nginx") > strings.Index(used, "quay.io/team/app") || strings.Index(used, "quay.io/team/app") > strings.Index(used, "ghcr.io/org/tool") ||
+		!strings.Contains(used, "1,500") || !strings.Contains(used, "30s ago") {
+		t.Errorf("most used images are not the most requested first (nginx 1,500 uses, app 7, tool 0):\n%s", used)
 	}
 
 	mustContain(t, "sets", section(t, html, "sets"), "ipa", `<span class="badge ready">Ready</span>`, "5m ago", "next in 55m",

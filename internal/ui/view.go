@@ -24,7 +24,7 @@ type view struct {
 	Bytes          chart
 	Upstreams      []upstream
 	Largest        []image
-	MostRecent     []image
+	MostUsed       []image
 	ImageCount     int
 	InventoryError string
 	Sets           []files.Status

@@ -83,6 +83,7 @@ type cliImage struct {
 	UniqueSize int64     `json:"uniqueSize"`
 	Objects    int       `json:"objects"`
 	LastUse    time.Time `json:"lastUse"`
+	Uses       int64     `json:"uses"`
 	Pinned     bool      `json:"pinned"`
 	State      string    `json:"state"`
 }
@@ -176,7 +177,7 @@ policies:
 		}
 	}
 	wide := cli(t, nil, "ls", "--wide", "--server", c.URL, "upstream.test/team/app").want(t, 0).stdout
-	if !strings.Contains(wide, appDigest) || !strings.Contains(wide, "cached") || strings.Contains(wide, "team/other") {
+	if !strings.Contains(wide, appDigest) || !strings.Contains(wide, "cached") || !strings.Contains(wide, "USES") || strings.Contains(wide, "team/other") {
 		t.Errorf("ls --wide upstream.test/team/app:\n%s", wide)
 	}
 	var yamlOut = cli(t, nil, "ls", "--server", c.URL, "-o", "yaml").want(t, 0).stdout
@@ -190,6 +191,10 @@ policies:
 	expect(t, call(t, http.MethodGet, c.URL+"/v2/upstream.test/team/app/blobs/"+m.Layers[0].Digest.String()), http.StatusOK, "HIT", "layer")
 	if px.Total() != 0 {
 		t.Fatalf("hits reached the upstream: %d requests", px.Total())
+	}
+	// The manifest request is one more use of the image; the layer request is not a use of its root.
+	if before, after := images["upstream.test/team/app"].Uses, lsImages(t, c.URL)["upstream.test/team/app"].Uses; before < 1 || after != before+1 {
+		t.Errorf("uses of team/app: %d after the pull, %d after one more manifest request; want at least 1, then one more", before, after)
 	}
 
 	// refresh: exactly one upstream HEAD despite revalidateAfter.

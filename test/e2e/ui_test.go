@@ -111,13 +111,17 @@ defaultPolicy: {upstreamTimeout: 2s}
 		}
 		return dom[i : i+strings.Index(dom[i:], "</section>")]
 	}
-	for _, id := range []string{"largest", "recent-images"} {
+	for _, id := range []string{"largest", "most-used"} {
 		images := section(id)
 		for _, ref := range []string{"upstream.test/team/alpha:v1", "upstream.test/team/beta:v2"} {
 			if !strings.Contains(images, ref) {
 				t.Errorf("section %s does not show %s", id, ref)
 			}
 		}
+	}
+	// beta was asked for once more (the stale answer), so it is the more used.
+	if used := section("most-used"); strings.Index(used, "team/beta") > strings.Index(used, "team/alpha") {
+		t.Errorf("most used images: want beta (pulled, then served stale) before alpha (pulled once)")
 	}
 	if largest := section("largest"); strings.Index(largest, "team/alpha") > strings.Index(largest, "team/beta") ||
 		!strings.Contains(largest, `class="badge pinned"`) {
