@@ -2,6 +2,7 @@ package eviction
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -152,6 +153,10 @@ func (e *Evictor) run(dryRun bool, need int64, accept func(Plan) error) (Plan, e
 	e.running.Lock()
 	defer e.running.Unlock()
 	start := time.Now()
+	// Watch before the snapshot: a manifest stored from here on is either in the snapshot or heard of.
+	keep := newKeeper()
+	stop := e.st.WatchManifests(keep.manifestStored)
+	defer stop()
 	if err := e.st.FlushAccessTimes(); err != nil {
 		return Plan{}, fmt.Errorf("write access times: %w", err)
 	}
@@ -188,10 +193,21 @@ func (e *Evictor) run(dryRun bool, need int64, accept func(Plan) error) (Plan, e
 	if dryRun || len(p.Evicted) == 0 {
 		return p, nil
 	}
+	keep.graph = g
+	evicted := p.Evicted[:0]
 	for _, u := range p.Evicted {
-		if err := e.remove(u); err != nil {
+		kept, inUse, err := e.remove(u, start, keep)
+		if err != nil {
 			return p, err
 		}
+		p.After += kept
+		if !inUse {
+			evicted = append(evicted, u)
+		}
+	}
+	p.Evicted = evicted
+	if len(p.Evicted) == 0 {
+		return p, nil
 	}
 	e.log.Info("evicted", "units", len(p.Evicted), "freedBytes", p.Before-p.After, "storedBytes", p.After,
 		"limit", p.Limit, "pinnedBytes", p.PinnedBytes, "took", time.Since(start).Round(time.Millisecond))
@@ -203,30 +219,88 @@ func (e *Evictor) run(dryRun bool, need int64, accept func(Plan) error) (Plan, e
 
 // remove deletes a unit: the records that name it first, then manifests before the blobs below them, so
 // that a crash half-way leaves only unreferenced blobs (evicted by the next run), never a manifest with a
-// hole in its graph.
-func (e *Evictor) remove(u *Unit) error {
+// hole in its graph. What changed since the plan was made is left alone: a unit used since then (someone is
+// pulling it), and objects that a manifest stored since then needs. It returns the bytes it kept, and
+// whether it left the whole unit alone because it is in use.
+func (e *Evictor) remove(u *Unit, planned time.Time, keep *keeper) (kept int64, inUse bool, err error) {
+	if used, ok := e.st.LastUse(u.Root); ok && used.After(planned) {
+		e.log.Debug("not evicting: used since the plan", "kind", u.Kind, "name", u.Name)
+		return u.Bytes, true, nil
+	}
 	if u.set != "" {
 		if err := e.st.DeleteSet(u.set); err != nil {
-			return fmt.Errorf("evict %s: %w", u.Name, err)
+			return kept, false, fmt.Errorf("evict %s: %w", u.Name, err)
 		}
 	}
 	if len(u.Objects) > 0 && u.Objects[0] == u.Root {
 		for _, t := range u.tags {
-			if err := e.st.DeleteTag(t); err != nil {
-				return fmt.Errorf("evict %s: %w", u.Name, err)
+			if err := e.st.DeleteTagIf(t, u.Root); err != nil {
+				return kept, false, fmt.Errorf("evict %s: %w", u.Name, err)
 			}
 		}
 	}
 	for _, d := range u.Objects {
-		if err := e.st.Remove(d); err != nil {
-			return fmt.Errorf("evict %s: %w", u.Name, err)
+		removed, size, err := keep.removeUnlessNeeded(e.st, d)
+		if err != nil {
+			return kept, false, fmt.Errorf("evict %s: %w", u.Name, err)
 		}
-		if err := e.st.Unlink(d); err != nil {
-			return fmt.Errorf("evict %s: %w", u.Name, err)
+		if !removed {
+			kept += size
 		}
 	}
-	e.log.Debug("evicted unit", "kind", u.Kind, "name", u.Name, "bytes", u.Bytes, "lastUse", u.LastUse)
-	return nil
+	e.log.Debug("evicted unit", "kind", u.Kind, "name", u.Name, "bytes", u.Bytes-kept, "lastUse", u.LastUse)
+	return kept, false, nil
+}
+
+// keeper remembers, during a run, what manifests stored after the snapshot refer to: removing any of it
+// would leave a new manifest (already served, its blobs perhaps fetched from the cache) with a hole.
+type keeper struct {
+	mu     sync.Mutex
+	needed map[string]bool
+	graph  *graph // the run's snapshot: a needed manifest needs its own graph too
+}
+
+func newKeeper() *keeper { return &keeper{needed: map[string]bool{}} }
+
+func (k *keeper) manifestStored(_ string, body []byte) {
+	var refs manifestRefs
+	if json.Unmarshal(body, &refs) != nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range refs.children() {
+		k.needed[c] = true
+	}
+}
+
+// removeUnlessNeeded removes d unless a manifest stored since the snapshot needs it. Holding the lock
+// while removing orders the two: a manifest stored after d is gone finds it missing when its pull asks
+// for it, and fetches it again.
+func (k *keeper) removeUnlessNeeded(st *store.Store, d string) (removed bool, size int64, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	size = k.graph.objects[d].Size
+	if k.neededLocked(d) {
+		return false, size, nil
+	}
+	if err := st.Remove(d); err != nil {
+		return false, size, err
+	}
+	return true, size, st.Unlink(d)
+}
+
+func (k *keeper) neededLocked(d string) bool {
+	if k.needed[d] {
+		return true
+	}
+	// A new index may name a platform manifest the snapshot has: its blobs are needed as well.
+	for n := range k.needed {
+		if slices.Contains(closure(n, k.graph.children), d) {
+			return true
+		}
+	}
+	return false
 }
 
 // pin marks everything reachable from a pinned reference.

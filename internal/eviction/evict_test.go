@@ -80,7 +80,7 @@ func (f *fixture) present(d string) bool { _, err := f.st.Stat(d); return err ==
 func TestEvictsLeastRecentlyUsedImagesKeepingSharedLayers(t *testing.T) {
 	f := newFixture(t)
 	base := f.blob(400_000) // a base layer shared by every image
-	now := time.Now()
+	now := time.Now().Add(-time.Hour) // every use in the past: a unit used after the plan is left alone
 	var images, own []string
 	for i := range 5 {
 		l := f.blob(300_000)
@@ -241,6 +241,63 @@ func TestCrashMidEviction(t *testing.T) {
 			if !f.present(keep) {
 				t.Fatal("the recently used image was evicted")
 			}
+		})
+	}
+}
+
+// TestWhatChangesDuringARunIsLeftAlone: between the plan and the removals, serving goes on. A manifest
+// stored meanwhile that shares a blob with an evicted image keeps it; an image pulled meanwhile is not
+// evicted; a tag moved meanwhile keeps its new record.
+func TestWhatChangesDuringARunIsLeftAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		during func(f *fixture, old, shared string)
+		check  func(t *testing.T, f *fixture, p Plan, old, shared string)
+	}{
+		{"new manifest shares a blob", func(f *fixture, old, shared string) {
+			f.image("new", time.Now(), shared)
+		}, func(t *testing.T, f *fixture, p Plan, old, shared string) {
+			if f.present(old) || !f.present(shared) {
+				t.Fatalf("old image present %v, the blob a new image shares present %v; want the image gone and the blob kept", f.present(old), f.present(shared))
+			}
+		}},
+		{"image pulled meanwhile", func(f *fixture, old, shared string) {
+			f.st.Touch(old)
+		}, func(t *testing.T, f *fixture, p Plan, old, shared string) {
+			if !f.present(old) || !f.present(shared) || len(p.Evicted) != 0 {
+				t.Fatalf("image in use: present %v, layer present %v, reported evicted %d; want it left alone", f.present(old), f.present(shared), len(p.Evicted))
+			}
+		}},
+		{"tag moved meanwhile", func(f *fixture, old, shared string) {
+			other := f.image("other", time.Now(), f.blob(1000))
+			f.st.PutTag("up", "team/old", "v1", store.Tag{Digest: other})
+		}, func(t *testing.T, f *fixture, p Plan, old, shared string) {
+			if f.present(old) {
+				t.Fatal("the old image was not evicted")
+			}
+			if tag, err := f.st.Tag("up", "team/old", "v1"); err != nil || tag.Digest == old {
+				t.Fatalf("the moved tag: %+v %v; want it kept, pointing at its new image", tag, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			shared := f.blob(300_000)
+			old := f.image("old", time.Now().Add(-time.Hour), shared)
+			f.image("keep", time.Now().Add(-time.Minute), f.blob(300_000))
+			e := New(f.st, 500_000, 0.9, slog.New(slog.DiscardHandler))
+			p, err := e.run(false, 0, func(p Plan) error {
+				if len(p.Evicted) != 1 || p.Evicted[0].Root != old {
+					t.Fatalf("plan %+v, want the old image", p.Evicted)
+				}
+				tc.during(f, old, shared)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, f, p, old, shared)
+			assertNoHoles(t, f.st)
 		})
 	}
 }

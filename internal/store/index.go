@@ -204,6 +204,23 @@ func (s *Store) DeleteTag(r TagRef) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTags).Delete(key(r.Upstream, r.Repository, r.Tag)) })
 }
 
+// DeleteTagIf deletes the tag record only while it still points at digest: a tag that moved meanwhile
+// names other content, which is not being removed.
+func (s *Store) DeleteTagIf(r TagRef, digest string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTags)
+		raw := b.Get(key(r.Upstream, r.Repository, r.Tag))
+		if raw == nil {
+			return nil
+		}
+		var t Tag
+		if err := json.Unmarshal(raw, &t); err != nil || t.Digest != digest {
+			return err
+		}
+		return b.Delete(key(r.Upstream, r.Repository, r.Tag))
+	})
+}
+
 // Unlink removes every repository link of digest (its content is gone).
 func (s *Store) Unlink(digest string) error {
 	suffix := []byte("\x00" + digest)

@@ -91,7 +91,13 @@ func (s *Store) Put(dgst, mediaType string, body []byte) error {
 		w.Abort()
 		return err
 	}
-	return w.Commit(mediaType)
+	if err := w.Commit(mediaType); err != nil {
+		return err
+	}
+	if mediaType != "" {
+		s.manifestStored(dgst, body)
+	}
+	return nil
 }
 
 // Writer streams an object into a temp file while hashing it; Commit makes it visible only if it verifies.

@@ -37,6 +37,7 @@ type Store struct {
 	db       *bolt.DB
 	usage    usage
 	atime    atimes
+	watchers manifestWatchers
 	corrupt  atomic.Int64 // objects found corrupt and moved aside, since Open
 	openedAt time.Time
 }

@@ -197,3 +197,57 @@ func count(b []byte) int64 {
 	n, _ := strconv.ParseInt(string(b), 10, 64)
 	return n
 }
+
+// manifestWatchers hear about manifests as they are stored (manifests are stored with Put).
+type manifestWatchers struct {
+	mu sync.Mutex
+	fs map[int]func(digest string, body []byte)
+	n  int
+}
+
+// WatchManifests calls f with every manifest stored from now until stop is called, before Put returns, so
+// before the manifest can be served. Eviction uses it to keep what a manifest stored during its run needs.
+func (s *Store) WatchManifests(f func(digest string, body []byte)) (stop func()) {
+	w := &s.watchers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fs == nil {
+		w.fs = map[int]func(string, []byte){}
+	}
+	id := w.n
+	w.n++
+	w.fs[id] = f
+	return func() {
+		w.mu.Lock()
+		delete(w.fs, id)
+		w.mu.Unlock()
+	}
+}
+
+func (s *Store) manifestStored(digest string, body []byte) {
+	w := &s.watchers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.fs {
+		f(digest, body)
+	}
+}
+
+// LastUse is when digest was last touched (pending or flushed), or false when it never was.
+func (s *Store) LastUse(digest string) (time.Time, bool) {
+	s.atime.mu.Lock()
+	t, ok := s.atime.pending[digest]
+	s.atime.mu.Unlock()
+	if ok {
+		return time.Unix(0, t), true
+	}
+	var raw []byte
+	s.db.View(func(tx *bolt.Tx) error {
+		raw = append(raw, tx.Bucket(bucketAtimes).Get([]byte(digest))...)
+		return nil
+	})
+	if raw == nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, parseUnix(raw)), true
+}
