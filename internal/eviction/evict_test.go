@@ -79,7 +79,7 @@ func (f *fixture) present(d string) bool { _, err := f.st.Stat(d); return err ==
 
 func TestEvictsLeastRecentlyUsedImagesKeepingSharedLayers(t *testing.T) {
 	f := newFixture(t)
-	base := f.blob(400_000) // a base layer shared by every image
+	base := f.blob(400_000)           // a base layer shared by every image
 	now := time.Now().Add(-time.Hour) // every use in the past: a unit used after the plan is left alone
 	var images, own []string
 	for i := range 5 {
