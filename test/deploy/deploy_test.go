@@ -136,6 +136,27 @@ components: [deploy/components/proxy]
 			t.Errorf("--set persistence.size=10Gi: volume claim requests %s, want 10Gi", got.String())
 		}
 
+		// Status URLs name the Service the chart made, on its port, whatever the listen port; or publicURL.
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{nil, "http://test-imagecache." + namespace + ".svc:5000"},
+			{[]string{"--set", "service.port=8080", "--set", "config.listen=0.0.0.0:6000"}, "http://test-imagecache." + namespace + ".svc:8080"},
+			{[]string{"--set", "fullnameOverride=cache"}, "http://cache." + namespace + ".svc:5000"},
+			{[]string{"--set", "publicURL=https://cache.example.com"}, "https://cache.example.com"},
+		} {
+			objs := helmTemplate(t, helm, chart, tc.args...)
+			args := statefulSet(t, objs).Spec.Template.Spec.Containers[0].Args
+			i := slices.Index(args, "--public-url")
+			if i < 0 || i+1 >= len(args) || args[i+1] != tc.want {
+				t.Errorf("helm template %v: args %q, want --public-url %s", tc.args, args, tc.want)
+			}
+			if svc := service(t, objs); !strings.HasPrefix(tc.want, "https://cache.example") && !strings.Contains(tc.want, "//"+svc.GetName()+".") {
+				t.Errorf("helm template %v: the Service is %s, but status URLs name %s", tc.args, svc.GetName(), tc.want)
+			}
+		}
+
 		// Every optional branch of the templates must render to objects the API accepts too.
 		optional := helmTemplate(t, helm, chart, "--set", strings.Join([]string{
 			"serviceAccount.create=false", "serviceAccount.name=cache", "rbac.create=false",
@@ -470,8 +491,8 @@ func checkPod(t *testing.T, sts *appsv1.StatefulSet) {
 		{"container capabilities drop ALL", sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "ALL") && len(sc.Capabilities.Add) == 0},
 		{"liveness probe GET /healthz", httpProbe(ctr.LivenessProbe, "/healthz")},
 		{"readiness probe GET /readyz", httpProbe(ctr.ReadinessProbe, "/readyz")},
-		{"args serve --config /etc/imagecache/config.yaml --storage /var/lib/imagecache",
-			slices.Equal(ctr.Args, []string{"serve", "--config", "/etc/imagecache/config.yaml", "--storage", "/var/lib/imagecache"})},
+		{"args starting serve --config /etc/imagecache/config.yaml --storage /var/lib/imagecache",
+			len(ctr.Args) >= 5 && slices.Equal(ctr.Args[:5], []string{"serve", "--config", "/etc/imagecache/config.yaml", "--storage", "/var/lib/imagecache"})},
 		{"a memory limit", !ctr.Resources.Limits.Memory().IsZero()},
 		{"cpu and memory requests", !ctr.Resources.Requests.Cpu().IsZero() && !ctr.Resources.Requests.Memory().IsZero()},
 	}
@@ -643,6 +664,21 @@ func statefulSet(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Statef
 	}
 	if len(found) != 1 {
 		t.Fatalf("%d StatefulSets rendered, want 1", len(found))
+	}
+	return found[0]
+}
+
+// service returns the one Service rendered.
+func service(t *testing.T, objs []*unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Service" {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d Services rendered, want 1", len(found))
 	}
 	return found[0]
 }

@@ -84,3 +84,11 @@ creates when the proxy is on without a CA of its own; empty when there is none.
 {{- include "imagecache.fullname" . }}-proxy-ca
 {{- end }}
 {{- end }}
+
+{{/*
+How clients reach the cache, for the URLs the controllers write into ImageCache and IronicImageCache status
+(Ironic's kernel and initramfs URLs): publicURL, else this release's Service on its port.
+*/}}
+{{- define "imagecache.publicURL" -}}
+{{- default (printf "http://%s.%s.svc:%v" (include "imagecache.fullname" .) .Release.Namespace .Values.service.port) .Values.publicURL }}
+{{- end }}
