@@ -61,6 +61,9 @@ func ParseServer(s string) (*url.URL, error) {
 // ParseRegistry parses HOST or HOST=NAME, where NAME is the cache's upstream name for HOST.
 func ParseRegistry(s string) (Registry, error) {
 	host, name, named := strings.Cut(s, "=")
+	// Host names are case-insensitive, but containerd finds hosts.toml by the directory named after the
+	// registry as image references spell it, which is lowercase: Docker.IO must become docker.io.
+	host = strings.ToLower(host)
 	if strings.Contains(host, "://") || strings.Contains(host, "/") {
 		return Registry{}, fmt.Errorf("--registry %q: want a registry host as image references name it (docker.io, 10.0.0.5:5000), not a URL or path", s)
 	}

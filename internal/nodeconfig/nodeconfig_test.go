@@ -169,6 +169,8 @@ func TestParseRegistry(t *testing.T) {
 		"10.0.0.5:5000":       {"10.0.0.5:5000", "10.0.0.5:5000"},
 		"10.0.0.5:5000=local": {"10.0.0.5:5000", "local"},
 		"localhost":           {"localhost", "localhost"},
+		"Docker.IO":           {"docker.io", "docker.io"},
+		"Quay.io=quay":        {"quay.io", "quay"},
 	} {
 		if got, err := ParseRegistry(in); err != nil || got != want {
 			t.Errorf("ParseRegistry(%q) = %+v, %v; want %+v", in, got, err, want)
