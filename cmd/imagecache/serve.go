@@ -229,9 +229,15 @@ func logStartup(log *slog.Logger, cfg *config.Config, addr string) {
 		ups = append(ups, s)
 	}
 	log.Info("imagecache serving", "version", buildVersion(), "listen", addr, "storage", cfg.Storage.Path, "upstreams", strings.Join(ups, ", "))
-	example := "docker.io/library/alpine:latest"
-	if len(cfg.Upstreams) > 0 && defaultName == "" {
-		example = cfg.Upstreams[0].Name + "/some/repository:tag"
+	example := "<upstream>/<repository>:<tag>"
+	for i, u := range cfg.Upstreams {
+		if u.Name == "docker.io" {
+			example = "docker.io/library/alpine:latest"
+			break
+		}
+		if i == 0 {
+			example = u.Name + "/<repository>:<tag>"
+		}
 	}
 	docker := fmt.Sprintf(`daemon.json: {"registry-mirrors": ["http://%s"]} (mirrors the default upstream %s)`, addr, defaultName)
 	if defaultName == "" {

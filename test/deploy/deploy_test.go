@@ -220,6 +220,10 @@ components: [deploy/components/proxy]
 		if _, err := helmRender(t, helm, chart, "--set", "config.proxy.listen=0.0.0.0:3128,proxy.createCA=false"); err == nil || !strings.Contains(err.Error(), "imagecache ca init") {
 			t.Errorf("config.proxy with proxy.createCA=false and no proxy.caSecret: %v; want a refusal that says how to make the CA", err)
 		}
+		if _, err := helmRender(t, helm, chart, "--set", "admin.tokenSecret=imagecache-admin", "--set", "config.admin.token=inline"); err == nil ||
+			!strings.Contains(err.Error(), "keep one") {
+			t.Errorf("admin.tokenSecret with config.admin.token: %v; want a refusal, not one of them silently ignored", err)
+		}
 		if _, err := helmRender(t, helm, chart, "--set", "config.listen=127.0.0.1:5000"); err == nil {
 			t.Error("a loopback config.listen rendered; the probes and the Service could never reach it")
 		}
