@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -56,5 +57,27 @@ func TestLoadConfigProxyFlags(t *testing.T) {
 				t.Errorf("Proxy = %+v, want %+v", cfg.Proxy, tt.want)
 			}
 		})
+	}
+}
+
+// TestDeployedArgsAreServeFlags: the flags the kustomize base, its proxy component and the Helm chart pass
+// to serve exist, so a renamed flag fails here rather than in a crash-looping pod.
+func TestDeployedArgsAreServeFlags(t *testing.T) {
+	flag := regexp.MustCompile(`(?:"|value: )--([a-z][a-z-]+)`)
+	flags := newServeCommand().Flags()
+	for _, f := range []string{"deploy/statefulset.yaml", "deploy/components/proxy/kustomization.yaml", "charts/imagecache/templates/statefulset.yaml"} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := flag.FindAllStringSubmatch(string(raw), -1)
+		if len(found) == 0 {
+			t.Errorf("%s passes serve no flags; the pattern no longer finds them", f)
+		}
+		for _, m := range found {
+			if flags.Lookup(m[1]) == nil {
+				t.Errorf("%s passes --%s, which serve does not have", f, m[1])
+			}
+		}
 	}
 }
