@@ -45,11 +45,13 @@ func NewRouter(ups []Upstream) *Router {
 //  2. ns names an upstream (Name or Alias, case-insensitive, as containerd
 //     sends a host such as "docker.io" or "127.0.0.1:5001"): that upstream,
 //     the whole name is the repository;
-//  3. the Default upstream, the whole name is the repository.
+//  3. without ns, the Default upstream, the whole name is the repository.
 //
-// An ns that names no upstream falls through to the default, because
-// containerd sends ns for every registry it mirrors, not only ours.
-// Failing all three, the error is NAME_UNKNOWN and explains the three ways.
+// An ns that names no upstream is NAME_UNKNOWN, never the default: the
+// client asked for that registry's content, and the default upstream's
+// repository of the same name is someone else's (anyone can publish
+// docker.io/<org>/<repo>). containerd then falls back to the registry
+// itself. Failing all three, the error is NAME_UNKNOWN and explains the ways.
 func (r *Router) Route(name, ns string) (upstream, repository string, err error) {
 	if err := ValidateName(name); err != nil {
 		return "", "", err
@@ -127,8 +129,8 @@ func (r *Router) match(name, ns string) (*Upstream, string) {
 	// containerd sends ns=docker.io for Docker Hub whatever the upstream
 	// is called here, so byHost finds the Docker Hub upstream for any of
 	// its hosts even without aliases.
-	if u := r.byHost(ns); ns != "" && u != nil {
-		return u, name
+	if ns != "" {
+		return r.byHost(ns), name
 	}
 	if r.def >= 0 {
 		return &r.ups[r.def], name
@@ -155,28 +157,37 @@ func (r *Router) unknown(name, ns string) *Error {
 		return errorf(CodeNameUnknown, "repository %s cannot be served: no upstream registries are configured", quote(name))
 	}
 	var b strings.Builder
+	if ns != "" {
+		fmt.Fprintf(&b, "registry %s (named by ?ns=, as containerd sends for a hosts.toml mirror) is not one of imagecache's upstreams, "+
+			"and another registry's repository of the same name is never served in its place. Add it to upstreams (as a name or an alias), "+
+			"or remove this mirror from its hosts.toml; containerd falls back to the registry itself meanwhile. Configured upstreams: ", quote(ns))
+		r.list(&b)
+		return &Error{Code: CodeNameUnknown, Message: b.String()}
+	}
 	fmt.Fprintf(&b, "repository %s does not name a configured upstream", quote(name))
 	if first, _, ok := strings.Cut(name, "/"); !ok && r.names(first) {
 		fmt.Fprintf(&b, " (%s is an upstream, but no repository follows it)", quote(first))
 	}
-	if ns != "" {
-		fmt.Fprintf(&b, ", ?ns=%s names none either,", quote(ns))
-	}
 	b.WriteString(" and no upstream is the default. Configured upstreams: ")
+	r.list(&b)
+	example := r.ups[0].Name
+	fmt.Fprintf(&b, ". Address an upstream by (1) prefixing the name with it, e.g. %s/<repository>; "+
+		"(2) a ?ns=<registry host> query naming it (containerd hosts.toml mirrors send this); "+
+		"or (3) marking one upstream default: true in the config (for Docker's registry-mirrors)", example)
+	return &Error{Code: CodeNameUnknown, Message: b.String()}
+}
+
+// list writes the configured upstreams and their aliases.
+func (r *Router) list(b *strings.Builder) {
 	for i, u := range r.ups {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(u.Name)
 		if len(u.Aliases) > 0 {
-			fmt.Fprintf(&b, " (aliases: %s)", strings.Join(u.Aliases, ", "))
+			fmt.Fprintf(b, " (aliases: %s)", strings.Join(u.Aliases, ", "))
 		}
 	}
-	example := r.ups[0].Name
-	fmt.Fprintf(&b, ". Address an upstream by (1) prefixing the name with it, e.g. %s/<repository>; "+
-		"(2) a ?ns=<registry host> query naming it (containerd hosts.toml mirrors send this); "+
-		"or (3) marking one upstream default: true in the config (for Docker's registry-mirrors)", example)
-	return &Error{Code: CodeNameUnknown, Message: b.String()}
 }
 
 // names reports whether s is some upstream's name or alias.

@@ -31,7 +31,6 @@ func TestRoute(t *testing.T) {
 		{desc: "ns case-insensitive", name: "team/app", ns: "Registry.Example.COM", upstream: "registry.example.com", repository: "team/app"},
 		{desc: "ns alias with port", name: "team/app", ns: "127.0.0.1:5001", upstream: "local", repository: "team/app"},
 		{desc: "ns beats default", name: "app", ns: "quay.io", upstream: "quay.io", repository: "app"},
-		{desc: "unknown ns falls to default", name: "team/app", ns: "ghcr.io", upstream: "docker.io", repository: "team/app"},
 		{desc: "default", name: "team/app", upstream: "docker.io", repository: "team/app"},
 		{desc: "default unknown first component", name: "ghcr.io/x/y", upstream: "docker.io", repository: "ghcr.io/x/y"},
 
@@ -53,7 +52,10 @@ func TestRoute(t *testing.T) {
 			want: []string{`"team/app"`, "registry.example.com (aliases: example)", "local (aliases: 127.0.0.1:5001)", "hub",
 				"prefixing", "?ns=", "default: true"}},
 		{desc: "no default unknown ns", ups: noDefault, name: "team/app", ns: "ghcr.io", code: CodeNameUnknown,
-			want: []string{`?ns="ghcr.io"`}},
+			want: []string{`registry "ghcr.io" (named by ?ns=`}},
+		// Another registry's repository is never served from the default upstream under this one's name.
+		{desc: "unknown ns is not the default", name: "team/app", ns: "ghcr.io", code: CodeNameUnknown,
+			want: []string{`registry "ghcr.io"`, "never served in its place", "falls back to the registry itself"}},
 		{desc: "no upstreams", ups: []Upstream{}, name: "a", code: CodeNameUnknown, want: []string{"no upstream registries are configured"}},
 		{desc: "invalid name", name: "A/b", code: CodeNameInvalid},
 		{desc: "library makes it too long", name: strings.Repeat("a", 250), code: CodeNameInvalid, want: []string{"258 characters"}},
