@@ -48,7 +48,9 @@ func TestContainerdUnknownRegistryFallsBack(t *testing.T) {
 	if !strings.Contains(string(out), real) || strings.Contains(string(out), impostor) {
 		t.Fatalf("containerd has %s as:\n%s\nwant the registry's own %s, not the default upstream's %s", ref, out, real, impostor)
 	}
-	if log := cache.Log(); !strings.Contains(log, "never served in its place") {
-		t.Error("the cache did not refuse the request for the unknown registry")
+	// What containerd was told before it fell back.
+	a := call(t, "GET", cache.URL+"/v2/team/app/manifests/v1?ns="+other.Host)
+	if code, msg := a.ociError(); a.Status != 404 || code != "NAME_UNKNOWN" || !strings.Contains(msg, "never served in its place") {
+		t.Errorf("manifest with ?ns= of a registry the cache does not serve: %d %s %q; want 404 NAME_UNKNOWN saying why", a.Status, code, msg)
 	}
 }
