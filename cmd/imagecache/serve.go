@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -133,18 +132,22 @@ func serve(ctx context.Context, o serveOptions) error {
 		}
 		clients[u.Name] = c
 		m.WatchUpstreamSilence(u.Name, c.Silent)
-		routes = append(routes, reference.Upstream{Name: u.Name, Aliases: withURLHost(u), Default: u.Default, DockerHub: isDockerHub(u)})
+		routes = append(routes, reference.Upstream{Name: u.Name, Aliases: u.Hosts(), Default: u.Default, DockerHub: u.IsDockerHub()})
 	}
 	c := cache.New(st, clients, cfg.Rules(), log)
 	evictor := eviction.New(st, cfg.Storage.MaxSize, cfg.Storage.LowWatermark, log)
 	c.MaxObjectSize, c.StorageFull, c.MakeRoom = cfg.Storage.MaxObjectSize, evictor.FreeLater, evictor.MakeRoom
 	evictor.InFlight = c.InFlightBytes
-	if err := st.SetPins("config", configPins(cfg)); err != nil {
+	router := reference.NewRouter(routes)
+	pins, err := configPins(cfg, router)
+	if err != nil {
+		return err
+	}
+	if err := st.SetPins("config", pins); err != nil {
 		return err
 	}
 	observeStorage(m, st, evictor, cfg.Storage.MaxSize)
 	m.GaugeFunc("imagecache_downloads_in_flight", "Blob downloads from upstreams in progress.", func() float64 { return float64(c.DownloadsInFlight()) })
-	router := reference.NewRouter(routes)
 	sets, err := files.NewManager(st, cfg.Files, c, router, log)
 	if err != nil {
 		return err
@@ -203,19 +206,6 @@ func serve(ctx context.Context, o serveOptions) error {
 	return nil
 }
 
-func isDockerHub(u config.Upstream) bool {
-	if reference.IsDockerHubHost(u.Name) {
-		return true
-	}
-	for _, a := range u.Aliases {
-		if reference.IsDockerHubHost(a) {
-			return true
-		}
-	}
-	parsed, err := url.Parse(u.URL)
-	return err == nil && reference.IsDockerHubHost(parsed.Host)
-}
-
 // logStartup says what is served and how to point clients at it.
 func logStartup(log *slog.Logger, cfg *config.Config, addr string) {
 	var ups []string
@@ -250,13 +240,22 @@ func logStartup(log *slog.Logger, cfg *config.Config, addr string) {
 		"docker", docker)
 }
 
-// configPins are what the config names: its pins, and every configured file set.
-func configPins(cfg *config.Config) []string {
-	pins := append([]string(nil), cfg.Pins...)
+// configPins are what the config names: its pins and every configured file set, as eviction finds them:
+// upstream/repository:tag (or @digest) with the upstream's name where the config may use an alias or URL
+// host, and Docker Hub's library/ where it may leave it out (docker.io/busybox:1.36).
+func configPins(cfg *config.Config, router *reference.Router) ([]string, error) {
+	var pins []string
+	for _, p := range cfg.Pins {
+		up, repository, ref, err := router.ResolveImage(p)
+		if err != nil {
+			return nil, fmt.Errorf("pins: %s: %w", p, err)
+		}
+		pins = append(pins, up+"/"+reference.Join(repository, ref))
+	}
 	for _, f := range cfg.Files {
 		pins = append(pins, "files/"+f.Set)
 	}
-	return pins
+	return pins, nil
 }
 
 // flushAccessTimes writes the batched last-use times now and then, and at shutdown.
@@ -312,22 +311,6 @@ func startKubernetes(ctx context.Context, o serveOptions, cfg *config.Config, de
 	}
 	deps.PublicURL = o.kube.publicBase(cfg.Listen)
 	return startControllers(ctx, restCfg, o.kube, deps, deps.Log)
-}
-
-// withURLHost adds the host of the upstream's URL to its aliases, so that references naming the real
-// registry host (registry-1.docker.io/..., 10.0.0.5:5000/...) reach it too.
-func withURLHost(u config.Upstream) []string {
-	aliases := append([]string(nil), u.Aliases...)
-	parsed, err := url.Parse(u.URL)
-	if err != nil || parsed.Host == "" || strings.EqualFold(parsed.Host, u.Name) {
-		return aliases
-	}
-	for _, a := range aliases {
-		if strings.EqualFold(a, parsed.Host) {
-			return aliases
-		}
-	}
-	return append(aliases, parsed.Host)
 }
 
 // observer feeds what the registry handler sees to the metrics and to the status page's stats.

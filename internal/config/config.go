@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,8 +78,23 @@ func Default() *Config {
 }
 
 // Rules returns the policies in the form the cache looks them up.
+//
+// A rule's upstream may be written as an alias or URL host; it is matched as the upstream's name, which is
+// what requests carry. On Docker Hub a one-component repository pattern ("busybox", "nginx*") means the
+// official image, library/<name>, as references do.
 func (c *Config) Rules() policy.Rules {
-	return policy.Rules{List: c.Policies, Default: c.DefaultPolicy}
+	list := slices.Clone(c.Policies)
+	for i, r := range list {
+		u, ok := c.upstreamNamed(r.Upstream)
+		if !ok {
+			continue
+		}
+		list[i].Upstream = u.Name
+		if u.IsDockerHub() && r.Repository != "" && r.Repository != "**" && !strings.Contains(r.Repository, "/") {
+			list[i].Repository = "library/" + r.Repository
+		}
+	}
+	return policy.Rules{List: list, Default: c.DefaultPolicy}
 }
 
 // Load reads and parses the config file at path; errors start with path.

@@ -227,3 +227,41 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRulesNameUpstreamsAndRepositoriesAsRequestsDo: requests carry the upstream's name and Docker Hub's
+// library/; a rule written with an alias, a URL host or a short Docker Hub name must still match them.
+func TestRulesNameUpstreamsAndRepositoriesAsRequestsDo(t *testing.T) {
+	cfg, err := Parse([]byte(`upstreams:
+  - {name: hub, url: "https://registry-1.docker.io", default: true}
+  - {name: local, url: "http://10.0.0.5:5000", aliases: ["registry.lan"]}
+policies:
+  - match: {upstream: registry-1.docker.io, repository: busybox}
+    pull: Never
+  - match: {upstream: registry.lan, repository: "team/*"}
+    pull: IfNotPresent
+  - match: {upstream: "10.0.0.5:5000", repository: "ci/**"}
+    pull: Never
+  - match: {upstream: hub, repository: "**"}
+    pull: Always
+`), "config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := cfg.Rules()
+	for _, tc := range []struct {
+		upstream, repository string
+		want                 policy.Pull
+	}{
+		{"hub", "library/busybox", policy.Never},
+		{"hub", "team/busybox", policy.Always},
+		{"local", "team/app", policy.IfNotPresent},
+		{"local", "ci/build/tool", policy.Never},
+	} {
+		if got := rules.For(tc.upstream, tc.repository, "v1").Pull; got != tc.want {
+			t.Errorf("%s/%s: %s, want %s", tc.upstream, tc.repository, got, tc.want)
+		}
+	}
+	if cfg.Policies[0].Upstream != "registry-1.docker.io" || cfg.Policies[0].Repository != "busybox" {
+		t.Errorf("Rules changed the config's own policies: %+v", cfg.Policies[0])
+	}
+}

@@ -5,9 +5,12 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	yaml "sigs.k8s.io/yaml/goyaml.v3"
+
+	"imagecache.io/imagecache/internal/reference"
 )
 
 // Upstream is a registry imagecache mirrors.
@@ -228,4 +231,39 @@ func (d *decoder) readableFile(n *yaml.Node, path string) string {
 		d.failf(n, path, "%q is a directory, want a file", name)
 	}
 	return name
+}
+
+// Hosts are the upstream's aliases and its URL's host: every other name a reference, a ?ns= or a policy
+// may use for it.
+func (u Upstream) Hosts() []string {
+	hosts := append([]string(nil), u.Aliases...)
+	parsed, err := url.Parse(u.URL)
+	if err != nil || parsed.Host == "" || strings.EqualFold(parsed.Host, u.Name) {
+		return hosts
+	}
+	for _, a := range hosts {
+		if strings.EqualFold(a, parsed.Host) {
+			return hosts
+		}
+	}
+	return append(hosts, parsed.Host)
+}
+
+// IsDockerHub reports whether the upstream is Docker Hub, where a one-component repository is an official
+// image, library/<name>.
+func (u Upstream) IsDockerHub() bool {
+	if reference.IsDockerHubHost(u.Name) {
+		return true
+	}
+	return slices.ContainsFunc(u.Hosts(), reference.IsDockerHubHost)
+}
+
+// upstreamNamed finds the upstream that s names: its name, an alias or its URL's host.
+func (c *Config) upstreamNamed(s string) (Upstream, bool) {
+	for _, u := range c.Upstreams {
+		if strings.EqualFold(u.Name, s) || slices.ContainsFunc(u.Hosts(), func(h string) bool { return strings.EqualFold(h, s) }) {
+			return u, true
+		}
+	}
+	return Upstream{}, false
 }
