@@ -153,6 +153,14 @@ func (c *Cache) revalidateTag(ctx context.Context, client *upstream.Client, repo
 		return nil, upstreamFailure(fmt.Sprintf("check manifest %s/%s:%s", up, repository, tag), err)
 	}
 	desc, err := client.HeadManifest(ctx, repository, tag, rule.UpstreamTimeout)
+	if upstream.StatusOf(err) == http.StatusNotFound {
+		// The upstream says the tag is gone: forget it, so that it does not come back as a stale answer
+		// when the upstream is down. The content stays, by digest, until eviction takes it.
+		if derr := c.store.DeleteTagIf(store.TagRef{Upstream: up, Repository: repository, Tag: tag}, rec.Digest); derr != nil {
+			return nil, storeFailure(derr)
+		}
+		c.log.InfoContext(ctx, "tag deleted upstream: forgotten", "upstream", up, "repository", repository, "tag", tag, "digest", rec.Digest)
+	}
 	if err != nil {
 		return stale(err)
 	}

@@ -146,6 +146,22 @@ defaultPolicy: {pull: Always, upstreamTimeout: 1s}
 		}
 		assertNotCached(t, c, px, "team/corrupt")
 	})
+	t.Run("tag deleted upstream", func(t *testing.T) {
+		defer px.Clear()
+		pushImage(t, reg.Host, "team/deleted:v1", "oci", 1, 512)
+		expect(t, manifest(t, c, http.MethodGet, "team/deleted", "v1"), 200, "MISS", "warm the cache")
+		px.Status(http.StatusNotFound, nil, faultproxy.KindManifest) // as the registry answers once the tag is deleted
+		if a := manifest(t, c, http.MethodGet, "team/deleted", "v1"); a.Status != http.StatusNotFound {
+			t.Fatalf("tag deleted upstream: %d %s, want 404", a.Status, a.Header.Get("X-Cache"))
+		}
+		// With the upstream gone as well, the deleted tag must not come back as a stale answer.
+		px.Clear()
+		px.Refuse()
+		defer px.Resume()
+		if a := manifest(t, c, http.MethodGet, "team/deleted", "v1"); a.Status == http.StatusOK {
+			t.Fatalf("a tag the upstream deleted was served again (%s) once the upstream was down", a.Header.Get("X-Cache"))
+		}
+	})
 	t.Run("upstream recovers", func(t *testing.T) {
 		expect(t, manifest(t, c, http.MethodGet, "team/cached", "v1"), 200, "REVALIDATED", "after the faults")
 	})
