@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 
+	"imagecache.io/imagecache/internal/eviction"
 	"imagecache.io/imagecache/internal/policy"
 	"imagecache.io/imagecache/internal/store"
 	"imagecache.io/imagecache/internal/upstream"
@@ -161,19 +162,29 @@ func (c *Cache) fetchBlob(ctx context.Context, d *download, w *store.Writer, cli
 	// Over maxObjectSize the blob still goes through the temp file, so concurrent clients share the one
 	// download, but it is never committed.
 	passThrough := c.MaxObjectSize > 0 && resp.Size > c.MaxObjectSize
+	why := "over storage.maxObjectSize"
 	if c.MaxObjectSize > 0 && resp.Size < 0 {
 		return upstreamFailure(what, &upstream.Error{Upstream: client.Name(), Op: "GET blob",
 			Err: fmt.Errorf("the upstream sent no Content-Length, so storage.maxObjectSize (%d) cannot be applied", c.MaxObjectSize)})
 	}
 	if !passThrough && resp.Size > 0 {
 		c.inFlight.Add(resp.Size)
-		defer c.inFlight.Add(-resp.Size)
+		var err error
 		if c.MakeRoom != nil {
-			if err := c.MakeRoom(resp.Size); err != nil {
-				// Before any header went out: the client gets a clean error, not a cut body.
-				return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
-					Message: fmt.Sprintf("%s: no room in the cache's storage: %v", what, err)}
-			}
+			err = c.MakeRoom(resp.Size)
+		}
+		switch {
+		case errors.Is(err, eviction.ErrLargerThanLimit):
+			// It can never be kept, but the client can still have it, as with maxObjectSize.
+			c.inFlight.Add(-resp.Size)
+			passThrough, why = true, "larger than storage.maxSize"
+		case err != nil:
+			c.inFlight.Add(-resp.Size)
+			// Before any header went out: the client gets a clean error, not a cut body.
+			return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
+				Message: fmt.Sprintf("%s: no room in the cache's storage: %v", what, err)}
+		default:
+			defer c.inFlight.Add(-resp.Size)
 		}
 	}
 	d.start(resp.Size)
@@ -210,7 +221,7 @@ func (c *Cache) fetchBlob(ctx context.Context, d *download, w *store.Writer, cli
 			return badUpstreamContent(what, err)
 		}
 		w.Abort()
-		c.log.InfoContext(ctx, "streamed blob through without storing it (over storage.maxObjectSize)", "digest", d.digest, "size", w.Written(), "maxObjectSize", c.MaxObjectSize)
+		c.log.InfoContext(ctx, "streamed blob through without storing it ("+why+")", "digest", d.digest, "size", w.Written(), "maxObjectSize", c.MaxObjectSize)
 		return errPassedThrough
 	}
 	if err := w.Commit(""); err != nil {

@@ -3,6 +3,7 @@ package eviction
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -118,7 +119,7 @@ func (e *Evictor) FreeLater(need int64) {
 func (e *Evictor) MakeRoom(need int64) error {
 	const margin = 8 << 20 // the index and directory entries need a little room too
 	if e.limit > 0 && need > e.limit {
-		return fmt.Errorf("it is %d bytes, more than storage.maxSize (%d); raise maxSize, or set storage.maxObjectSize to stream such blobs through", need, e.limit)
+		return fmt.Errorf("%w: it is %d bytes, more than storage.maxSize (%d)", ErrLargerThanLimit, need, e.limit)
 	}
 	avail, err := e.st.Available()
 	if err != nil {
@@ -133,12 +134,16 @@ func (e *Evictor) MakeRoom(need int64) error {
 	short := need + margin - avail
 	_, err = e.run(false, short, func(p Plan) error {
 		if freed := p.Before - p.After; freed < short {
-			return fmt.Errorf("the storage filesystem has %d bytes free and evicting all unpinned content would free only %d more, not enough for %d; nothing was evicted", avail, freed, need)
+			return fmt.Errorf("the storage filesystem has %d bytes free and evicting all unpinned content would free only %d more, not enough for %d (and the %d bytes kept free for the index); nothing was evicted", avail, freed, need, margin)
 		}
 		return nil
 	})
 	return err
 }
+
+// ErrLargerThanLimit is MakeRoom's answer for an object larger than storage.maxSize: it can never be kept,
+// only passed through.
+var ErrLargerThanLimit = errors.New("larger than the cache's size limit")
 
 // PinStatus reports the pinned bytes and whether they alone exceed the limit (as of the last run).
 func (e *Evictor) PinStatus() (int64, bool) { return e.pinned.Load(), e.over.Load() }
