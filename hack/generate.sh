@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/controller-gen ] || GOBIN="$PWD/bin" go install sigs.k8s.io/controller-tools/cmd/controller-gen@v0.19.0
 bin/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds
-if [ -d charts/imagecache/crds ]; then cp deploy/crds/*.yaml charts/imagecache/crds/; fi
+if [ -d charts/imagecache/crds ]; then cp deploy/crds/imagecache.io_*.yaml charts/imagecache/crds/; fi  # not the kustomization: helm would apply it
