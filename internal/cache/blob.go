@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"syscall"
 
 	"imagecache.io/imagecache/internal/eviction"
 	"imagecache.io/imagecache/internal/policy"
@@ -72,6 +73,34 @@ func (c *Cache) Blob(ctx context.Context, up, repository, dgst string) (*Blob, e
 	}
 	fl := &follower{d: d, ctx: ctx}
 	return &Blob{Digest: dgst, Size: d.size, Result: Miss, Content: fl, close: d.release, err: func() error { return fl.err }}, nil
+}
+
+// BlobSize answers a HEAD for a blob: its size from the store (a hit) or, when it is not stored, from an
+// upstream HEAD, which stores nothing: a client probing for a multi-gigabyte layer must not cost its whole
+// transfer.
+func (c *Cache) BlobSize(ctx context.Context, up, repository, dgst string) (int64, Result, error) {
+	client, err := c.client(up)
+	if err != nil {
+		return 0, "", err
+	}
+	obj, err := c.store.Stat(dgst)
+	if err == nil {
+		c.store.Touch(dgst)
+		return obj.Size, Hit, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return 0, "", storeFailure(err)
+	}
+	what := fmt.Sprintf("blob %s/%s@%s", up, repository, dgst)
+	rule := c.ruleFor(ctx, up, repository, "")
+	if policy.DecideDigest(rule, false) == policy.Forbid {
+		return 0, "", forbidden(what, up)
+	}
+	size, err := client.HeadBlob(ctx, repository, dgst, rule.UpstreamTimeout)
+	if err != nil {
+		return 0, "", upstreamFailure("check "+what, err)
+	}
+	return size, Miss, nil
 }
 
 func (c *Cache) storedBlob(dgst string, r Result) (*Blob, error) {
@@ -187,6 +216,14 @@ func (c *Cache) fetchBlob(ctx context.Context, d *download, w *store.Writer, cli
 			defer c.inFlight.Add(-resp.Size)
 		}
 	}
+	if passThrough && resp.Size > 0 {
+		// Passing through still goes by way of a temp file (so concurrent clients share the download): a blob
+		// larger than the free space cannot, and cached content is never evicted for what will not be kept.
+		if avail, err := c.store.Available(); err == nil && avail < resp.Size {
+			return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: syscall.ENOSPC,
+				Message: fmt.Sprintf("%s: no room in the cache's storage to stream it through: it is %d bytes (%s) and passes through a temp file, but only %d bytes are free", what, resp.Size, why, avail)}
+		}
+	}
 	d.start(resp.Size)
 	buf := make([]byte, 256<<10)
 	for {
@@ -196,6 +233,10 @@ func (c *Cache) fetchBlob(ctx context.Context, d *download, w *store.Writer, cli
 				return badUpstreamContent(what, fmt.Errorf("more than the announced %d bytes", resp.Size))
 			}
 			if _, err := w.Write(buf[:n]); err != nil {
+				if passThrough && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+					return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
+						Message: fmt.Sprintf("%s: no room in the cache's storage: it filled up while the blob streamed through (%s)", what, why)}
+				}
 				if c.noSpace(err, resp.Size-w.Written()) {
 					return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
 						Message: fmt.Sprintf("%s: the cache's storage is full; eviction has started, retry shortly", what)}

@@ -155,6 +155,10 @@ func (h *Handler) manifest(w http.ResponseWriter, r *http.Request, up, repositor
 }
 
 func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, dgst string) {
+	if r.Method == http.MethodHead {
+		h.blobHead(w, r, up, repository, dgst)
+		return
+	}
 	b, err := h.cache.Blob(r.Context(), up, repository, dgst)
 	if err != nil {
 		h.fail(w, r, "blob", err)
@@ -176,6 +180,27 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, d
 		panic(http.ErrAbortHandler)
 	}
 }
+
+// blobHead answers a HEAD with the blob's headers and no download: a stored blob's size, or the upstream's.
+func (h *Handler) blobHead(w http.ResponseWriter, r *http.Request, up, repository, dgst string) {
+	size, result, err := h.cache.BlobSize(r.Context(), up, repository, dgst)
+	if err != nil {
+		h.fail(w, r, "blob", err)
+		return
+	}
+	h.answered("blob", result, up+"/"+repository+"@"+dgst)
+	setResult(w, result)
+	immutable(w, dgst)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Cache-Control", "max-age=31536000, immutable")
+	// ServeContent works out Content-Length and ranges from the size; for a HEAD it reads nothing.
+	http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(noContent{}, 0, size))
+}
+
+// noContent stands in for a blob's bytes where none are read (a HEAD).
+type noContent struct{}
+
+func (noContent) ReadAt([]byte, int64) (int, error) { return 0, io.ErrUnexpectedEOF }
 
 func (h *Handler) tags(w http.ResponseWriter, r *http.Request, up, repository, clientName string) {
 	d, err := h.cache.Tags(r.Context(), up, repository, upstreamQuery(r))

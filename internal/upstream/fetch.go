@@ -88,6 +88,23 @@ func (c *Client) GetManifest(ctx context.Context, repository, ref string, timeou
 	return Manifest{Descriptor: d, Body: body}, nil
 }
 
+// HeadBlob asks the upstream for a blob's size without transferring it.
+func (c *Client) HeadBlob(ctx context.Context, repository, digest string, timeout time.Duration) (int64, error) {
+	op := "HEAD blob " + repository + "@" + digest
+	resp, err := c.do(ctx, http.MethodHead, repository, "/blobs/"+digest, "", "", timeout, op)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.Size < 0 {
+		return 0, &Error{Upstream: c.name, Op: op, Err: errors.New("the upstream sent no Content-Length")}
+	}
+	if got := resp.Header.Get("Docker-Content-Digest"); got != "" && got != digest {
+		return 0, &Error{Upstream: c.name, Op: op, Err: fmt.Errorf("the upstream answered for %s", got)}
+	}
+	return resp.Size, nil
+}
+
 // GetBlob starts downloading a blob; the caller reads and closes the body.
 func (c *Client) GetBlob(ctx context.Context, repository, digest string, timeout time.Duration) (*Response, error) {
 	return c.do(ctx, http.MethodGet, repository, "/blobs/"+digest, "", "", timeout, "GET blob "+repository+"@"+digest)
