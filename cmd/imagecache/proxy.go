@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,8 +42,13 @@ func startProxy(cfg *config.Config, registry http.Handler, log *slog.Logger) (st
 	for _, u := range cfg.Upstreams {
 		ups = append(ups, proxy.Upstream{Name: u.Name, Aliases: u.Aliases, URL: u.URL})
 	}
+	allowLocal := allowLocalPassthrough()
+	if allowLocal && pc.Passthrough {
+		log.Warn("proxy: passthrough may reach loopback and other local addresses, imagecache's own admin API among them, because " +
+			allowLocalPassthroughEnv + " is set; it is meant for tests only")
+	}
 	p, err := proxy.New(proxy.Options{CA: ca, Upstreams: ups, Registry: registry, Passthrough: pc.Passthrough,
-		Username: pc.Auth.Username, Password: password, Log: log})
+		AllowLocalPassthrough: allowLocal, Username: pc.Auth.Username, Password: password, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -64,4 +70,13 @@ func startProxy(cfg *config.Config, registry http.Handler, log *slog.Logger) (st
 			log.Warn("proxy shutdown did not finish cleanly", "error", err)
 		}
 	}, nil
+}
+
+// allowLocalPassthroughEnv lets passthrough reach local addresses, which it refuses otherwise. It exists
+// for the end-to-end tests, whose every server listens on loopback; it is no config key on purpose.
+const allowLocalPassthroughEnv = "IMAGECACHE_TEST_PROXY_ALLOW_LOCAL_PASSTHROUGH"
+
+func allowLocalPassthrough() bool {
+	ok, _ := strconv.ParseBool(os.Getenv(allowLocalPassthroughEnv))
+	return ok
 }

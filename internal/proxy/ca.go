@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -152,8 +154,8 @@ func ParseCA(certPEM, keyPEM []byte, now time.Time) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return nil, errors.New("the certificate is not a CA (it needs basicConstraints CA:TRUE and keyUsage certSign); make one with `imagecache ca init`")
+	if !canSignCertificates(cert) {
+		return nil, errors.New("the certificate is not a CA (it needs basicConstraints CA:TRUE, and keyCertSign if it has a keyUsage extension); make one with `imagecache ca init`")
 	}
 	if now.After(cert.NotAfter) {
 		return nil, fmt.Errorf("the CA certificate expired on %s; make a new one with `imagecache ca init --force` and give clients the new certificate", cert.NotAfter.Format(time.DateOnly))
@@ -169,6 +171,21 @@ func ParseCA(certPEM, keyPEM []byte, now time.Time) (*CA, error) {
 		return nil, errors.New("the private key does not belong to the certificate; keep the pair `imagecache ca init` wrote together")
 	}
 	return &CA{Cert: cert, key: key, leaves: map[string]*tls.Certificate{}, now: time.Now}, nil
+}
+
+// oidKeyUsage is the keyUsage extension (RFC 5280, 4.2.1.3).
+var oidKeyUsage = asn1.ObjectIdentifier{2, 5, 29, 15}
+
+// canSignCertificates: a CA may sign certificates when its keyUsage allows keyCertSign, or when it has
+// no keyUsage extension at all, which RFC 5280 reads as every usage (openssl req -x509 makes such CAs).
+func canSignCertificates(c *x509.Certificate) bool {
+	if !c.IsCA {
+		return false
+	}
+	if c.KeyUsage&x509.KeyUsageCertSign != 0 {
+		return true
+	}
+	return !slices.ContainsFunc(c.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(oidKeyUsage) })
 }
 
 func parseCertificate(data []byte) (*x509.Certificate, error) {

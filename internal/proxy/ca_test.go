@@ -3,9 +3,14 @@ package proxy
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,5 +160,70 @@ func TestWriteNewCA(t *testing.T) {
 	}
 	if _, err := LoadCA(filepath.Join(dir, "nope.crt"), key); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing certificate: %v, want a not-exist error", err)
+	}
+}
+
+// makeCA makes a self-signed certificate from tmpl (serial, validity and key filled in) and its key, in PEM.
+func makeCA(t *testing.T, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.SerialNumber = big.NewInt(42)
+	tmpl.Subject = pkix.Name{CommonName: "bring your own CA"}
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// TestCAWithoutKeyUsage: a CA certificate with basicConstraints CA:TRUE and no keyUsage extension (what
+// `openssl req -x509` makes) may sign: RFC 5280 reads an absent keyUsage as every usage.
+func TestCAWithoutKeyUsage(t *testing.T) {
+	certPEM, keyPEM := makeCA(t, &x509.Certificate{BasicConstraintsValid: true, IsCA: true})
+	b, _ := pem.Decode(certPEM)
+	parsed, _ := x509.ParseCertificate(b.Bytes)
+	for _, e := range parsed.Extensions {
+		if e.Id.Equal(asn1.ObjectIdentifier{2, 5, 29, 15}) {
+			t.Fatal("the test certificate has a keyUsage extension")
+		}
+	}
+	ca, err := ParseCA(certPEM, keyPEM, time.Now())
+	if err != nil {
+		t.Fatalf("ParseCA of a CA without keyUsage: %v", err)
+	}
+	leaf, err := ca.Leaf("registry.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "registry.example.com"}); err != nil {
+		t.Errorf("leaf from a CA without keyUsage does not verify: %v", err)
+	}
+}
+
+func TestParseCARefusesNonCA(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		tmpl *x509.Certificate
+	}{
+		{"keyUsage without certSign", &x509.Certificate{BasicConstraintsValid: true, IsCA: true, KeyUsage: x509.KeyUsageDigitalSignature}},
+		{"CA:FALSE", &x509.Certificate{BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}},
+		{"no basicConstraints", &x509.Certificate{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			certPEM, keyPEM := makeCA(t, tt.tmpl)
+			if _, err := ParseCA(certPEM, keyPEM, time.Now()); err == nil || !strings.Contains(err.Error(), "the certificate is not a CA") {
+				t.Fatalf("ParseCA: %v, want a refusal", err)
+			}
+		})
 	}
 }

@@ -23,56 +23,84 @@ type target struct {
 	host     string // the host the client asked for, without port
 }
 
-// hostTable recognises hosts of configured upstreams.
+// hostTable recognises hosts of configured upstreams by host and port: several upstreams may share a
+// host (registries on 127.0.0.1:5001 and 127.0.0.1:5002), and only the port tells them apart.
 type hostTable struct {
-	// hosts maps a lowercase host (no port) to the upstream and the ports it is intercepted on
-	// besides the scheme's default.
-	hosts map[string]*hostEntry
-}
-
-type hostEntry struct {
-	upstream string
-	ports    []string
+	// exact maps a lowercase "host:port" to the upstream intercepted there.
+	exact map[string]string
+	// first maps each known host to the first upstream that names it. That upstream also gets the host
+	// on 443 and on the plain-http port when no upstream claims those exactly.
+	first map[string]string
+	// ports lists the ports claimed on each host, in config order, for error messages.
+	ports map[string][]string
 }
 
 func newHostTable(ups []Upstream) (*hostTable, error) {
-	t := &hostTable{hosts: map[string]*hostEntry{}}
-	for _, u := range ups {
-		var urlPort string
-		names := append([]string{u.Name}, u.Aliases...)
-		if u.URL != "" {
-			parsed, err := url.Parse(u.URL)
-			if err != nil {
-				return nil, fmt.Errorf("upstream %s: url %q: %w", u.Name, u.URL, err)
-			}
-			urlPort = parsed.Port()
-			if urlPort == "" {
-				urlPort = map[string]string{"http": "80", "https": "443"}[parsed.Scheme]
-			}
-			names = append(names, parsed.Host)
+	t := &hostTable{exact: map[string]string{}, first: map[string]string{}, ports: map[string][]string{}}
+	urlPorts := make([]string, len(ups))
+	// Two passes: a host:port someone wrote down (an alias with a port, a url) beats the ports a bare
+	// name is given implicitly, whatever the order of the upstreams.
+	for i, u := range ups {
+		host, port, err := urlHostPort(u)
+		if err != nil {
+			return nil, err
 		}
-		for _, n := range names {
-			host, port := splitHostPort(n)
-			if host == "" {
-				continue
+		urlPorts[i] = port
+		t.claim(host, port, u.Name)
+		for _, a := range u.Aliases {
+			if h, p := splitHostPort(a); p != "" {
+				t.claim(h, p, u.Name)
 			}
-			e := t.hosts[host]
-			if e == nil {
-				e = &hostEntry{upstream: u.Name}
-				t.hosts[host] = e
-			} else if e.upstream != u.Name {
-				// Config validation keeps names and aliases unique; a URL host shared by two
-				// upstreams stays with the first, as the router's aliases do.
-				continue
-			}
-			for _, p := range []string{port, urlPort} {
-				if p != "" && !slices.Contains(e.ports, p) {
-					e.ports = append(e.ports, p)
-				}
+		}
+	}
+	for i, u := range ups {
+		for _, n := range append([]string{u.Name}, u.Aliases...) {
+			if h, p := splitHostPort(n); p == "" {
+				// A bare name is the registry's default port, and (as clients name a registry on a
+				// port by a name plus that port) the port of the upstream's url.
+				t.claim(h, "443", u.Name)
+				t.claim(h, urlPorts[i], u.Name)
 			}
 		}
 	}
 	return t, nil
+}
+
+// urlHostPort is the host of an upstream's url and its port, explicit or the scheme's default.
+func urlHostPort(u Upstream) (host, port string, err error) {
+	if u.URL == "" {
+		return "", "", nil
+	}
+	parsed, err := url.Parse(u.URL)
+	if err != nil {
+		return "", "", fmt.Errorf("upstream %s: url %q: %w", u.Name, u.URL, err)
+	}
+	port = parsed.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[parsed.Scheme]
+	}
+	return strings.ToLower(parsed.Hostname()), port, nil
+}
+
+// claim gives host:port to upstream unless an earlier claim has it: config validation keeps names and
+// aliases unique, but a url host:port may be shared, and then it stays with the first, as the router's
+// aliases do.
+func (t *hostTable) claim(host, port, upstream string) {
+	if host == "" {
+		return
+	}
+	if _, ok := t.first[host]; !ok {
+		t.first[host] = upstream
+	}
+	if port == "" {
+		return
+	}
+	if key := net.JoinHostPort(host, port); t.exact[key] == "" {
+		t.exact[key] = upstream
+	}
+	if !slices.Contains(t.ports[host], port) {
+		t.ports[host] = append(t.ports[host], port)
+	}
 }
 
 // lookup finds the upstream for host:port. defaultPort is 443 for CONNECT, 80 for plain http. known
@@ -80,27 +108,28 @@ func newHostTable(ups []Upstream) (*hostTable, error) {
 // stranger.
 func (t *hostTable) lookup(host, port, defaultPort string) (tgt *target, known bool) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	e, ok := t.hosts[host]
+	if up, ok := t.exact[net.JoinHostPort(host, port)]; ok {
+		return &target{upstream: up, host: host}, true
+	}
+	up, ok := t.first[host]
 	if !ok {
 		return nil, false
 	}
-	if port == defaultPort || port == "443" || slices.Contains(e.ports, port) {
-		return &target{upstream: e.upstream, host: host}, true
+	if port == defaultPort || port == "443" {
+		return &target{upstream: up, host: host}, true
 	}
 	return nil, true
 }
 
-// ports lists the ports host is intercepted on, for error messages.
-func (t *hostTable) ports(host, defaultPort string) string {
+// portList lists the ports host is intercepted on, for error messages.
+func (t *hostTable) portList(host, defaultPort string) string {
 	ps := []string{defaultPort}
 	if defaultPort != "443" {
 		ps = append(ps, "443")
 	}
-	if e, ok := t.hosts[strings.ToLower(host)]; ok {
-		for _, p := range e.ports {
-			if !slices.Contains(ps, p) {
-				ps = append(ps, p)
-			}
+	for _, p := range t.ports[strings.ToLower(host)] {
+		if !slices.Contains(ps, p) {
+			ps = append(ps, p)
 		}
 	}
 	return strings.Join(ps, ", ")
@@ -109,7 +138,7 @@ func (t *hostTable) ports(host, defaultPort string) string {
 // names lists the hosts the proxy intercepts, for error messages.
 func (t *hostTable) names() string {
 	var hs []string
-	for h := range t.hosts {
+	for h := range t.first {
 		hs = append(hs, h)
 	}
 	sort.Strings(hs)

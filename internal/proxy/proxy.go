@@ -4,7 +4,8 @@
 // A CONNECT to a configured upstream's host is answered by imagecache itself: the proxy terminates TLS
 // with a certificate for that host signed by imagecache's CA and hands the requests inside to the cache's
 // registry handler, addressed to that upstream, so they get the same cache, policies and headers as the
-// mirror. A CONNECT to any other host is refused (403), or tunnelled untouched with Passthrough.
+// mirror. A CONNECT to any other host is refused (403), or tunnelled untouched with Passthrough, which
+// still never reaches imagecache's own machine (passthrough.go).
 package proxy
 
 import (
@@ -13,6 +14,7 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -32,8 +35,12 @@ type Options struct {
 	// Registry serves the OCI API (/v2/...) for intercepted requests, rewritten to address the upstream
 	// by path prefix (/v2/<upstream name>/<repository>/...).
 	Registry http.Handler
-	// Passthrough tunnels CONNECTs (and forwards plain requests) to hosts that are not upstreams.
+	// Passthrough tunnels CONNECTs (and forwards plain requests) to hosts that are not upstreams, except
+	// to local addresses (loopback, link-local, unspecified, multicast, localhost): see passthrough.go.
 	Passthrough bool
+	// AllowLocalPassthrough lets passthrough reach local addresses too. Only for tests, whose servers all
+	// listen on loopback.
+	AllowLocalPassthrough bool
 	// Username and Password, when Username is set, are the Basic credentials clients must send.
 	Username, Password string
 	Log                *slog.Logger
@@ -48,8 +55,10 @@ type Proxy struct {
 	outer   *http.Server
 	inner   *http.Server
 	innerLn *chanListener
-	forward *httputil.ReverseProxy
-	dialer  net.Dialer
+	// forwarder, lookup and dial serve passthrough; tests replace lookup and dial.
+	forwarder *httputil.ReverseProxy
+	lookup    func(ctx context.Context, network, host string) ([]netip.Addr, error)
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -74,7 +83,8 @@ func New(o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{o: o, hosts: hosts, innerLn: newChanListener(), tunnels: map[net.Conn]struct{}{}}
-	p.dialer = net.Dialer{Timeout: o.DialTimeout}
+	p.lookup = net.DefaultResolver.LookupNetIP
+	p.dial = (&net.Dialer{Timeout: o.DialTimeout}).DialContext
 	errLog := slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug)
 	p.outer = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: errLog}
 	p.inner = &http.Server{
@@ -89,19 +99,7 @@ func New(o Options) (*Proxy, error) {
 			return ctx
 		},
 	}
-	p.forward = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.Host = "" // the absolute URL's host
-		},
-		// Never the environment's proxy: that could be this one.
-		Transport: &http.Transport{DialContext: p.dialer.DialContext, TLSHandshakeTimeout: handshakeTimeout,
-			ResponseHeaderTimeout: time.Minute, IdleConnTimeout: time.Minute},
-		ErrorLog: errLog,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			p.o.Log.Warn("proxy: passthrough request failed", "url", r.URL.String(), "error", err)
-			http.Error(w, fmt.Sprintf("imagecache proxy: %s: %v", r.URL.Host, err), http.StatusBadGateway)
-		},
-	}
+	p.forwarder = p.newForwarder(errLog)
 	return p, nil
 }
 
@@ -154,8 +152,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case tgt != nil:
 		p.serveRegistry(w, r, tgt)
 	case p.o.Passthrough:
-		p.o.Log.Debug("proxy: forwarding", "url", r.URL.String(), "remote", r.RemoteAddr)
-		p.forward.ServeHTTP(w, r)
+		p.forward(w, r)
 	case known:
 		p.refuse(w, r, http.StatusForbidden, p.wrongPort(host, port, "80"))
 	default:
@@ -194,7 +191,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) wrongPort(host, port, defaultPort string) string {
 	return fmt.Sprintf("%s is a configured upstream, but imagecache only intercepts it on port %s, not %s; "+
-		"fix the registry reference, add the host:port to the upstream's aliases, or set proxy.passthrough: true to tunnel it", host, p.hosts.ports(host, defaultPort), port)
+		"fix the registry reference, add the host:port to the upstream's aliases, or set proxy.passthrough: true to tunnel it", host, p.hosts.portList(host, defaultPort), port)
 }
 
 func (p *Proxy) notUpstream(host string) string {
@@ -292,7 +289,9 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, tgt *target) {
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if sni := strings.TrimSuffix(hello.ServerName, "."); sni != "" && !strings.EqualFold(sni, tgt.host) {
 				sniErr = fmt.Errorf("the TLS client hello asks for %q, but the CONNECT was for %q; refusing to present a certificate for another host", sni, tgt.host)
-				return nil, sniErr
+				// No certificate and no error: crypto/tls then answers with the alert
+				// unrecognized_name, which says what is wrong; an error would be internal_error.
+				return nil, nil
 			}
 			return p.o.CA.Leaf(tgt.host)
 		},
@@ -317,44 +316,6 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, tgt *target) {
 	if !p.innerLn.deliver(&interceptedConn{Conn: tc, target: tgt}) {
 		tc.Close()
 	}
-}
-
-// tunnel copies bytes both ways between the client and addr, untouched (passthrough).
-func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, addr string) {
-	up, err := p.dialer.DialContext(r.Context(), "tcp", addr)
-	if err != nil {
-		p.o.Log.Warn("proxy: passthrough connect failed", "target", addr, "remote", r.RemoteAddr, "error", err)
-		http.Error(w, fmt.Sprintf("imagecache proxy: cannot connect to %s: %v", addr, err), http.StatusBadGateway)
-		return
-	}
-	conn, ok := p.hijack(w, r)
-	if !ok {
-		up.Close()
-		return
-	}
-	if !p.track(conn, up) {
-		conn.Close()
-		up.Close()
-		return
-	}
-	defer p.untrack(conn, up)
-	p.o.Log.Debug("proxy: tunnelling", "target", addr, "remote", r.RemoteAddr)
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-		done <- struct{}{}
-	}
-	go pipe(up, conn)
-	go pipe(conn, up)
-	<-done
-	<-done
-	conn.Close()
-	up.Close()
 }
 
 func (p *Proxy) track(cs ...net.Conn) bool {
@@ -398,9 +359,19 @@ func (p *Proxy) serveRegistry(w http.ResponseWriter, r *http.Request, tgt *targe
 		http.Error(w, fmt.Sprintf("imagecache proxy: only the registry API (/v2/) of %s is served through the cache, not %s", tgt.host, r.URL.Path), http.StatusNotFound)
 		return
 	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		p.refuseWrite(w, r, tgt)
+		return
+	}
 	r2 := r.Clone(r.Context())
 	r2.Header.Del("Proxy-Authorization")
 	r2.URL.Scheme, r2.URL.Host, r2.Host = "", "", tgt.host
+	// The CONNECT host chose the upstream, not ?ns=: without it the registry does not echo another
+	// upstream's name in OCI-Namespace.
+	if q := r2.URL.Query(); q.Has("ns") {
+		q.Del("ns")
+		r2.URL.RawQuery = q.Encode()
+	}
 	prefix := "/v2/" + tgt.upstream + "/"
 	if rest, ok := strings.CutPrefix(r.URL.Path, "/v2/"); ok && rest != "" {
 		r2.URL.Path = prefix + rest
@@ -412,6 +383,25 @@ func (p *Proxy) serveRegistry(w http.ResponseWriter, r *http.Request, tgt *targe
 	}
 	r2.RequestURI = r2.URL.RequestURI()
 	p.o.Registry.ServeHTTP(&linkWriter{ResponseWriter: w, prefix: prefix}, r2)
+}
+
+// refuseWrite answers a push, delete or other write to an intercepted upstream as the registry does
+// (405 UNSUPPORTED), but with advice that fits a client that reaches the registry through this proxy:
+// it cannot push until it goes to the registry directly.
+func (p *Proxy) refuseWrite(w http.ResponseWriter, r *http.Request, tgt *target) {
+	msg := fmt.Sprintf("imagecache is a read-only pull-through cache and answers %s for clients that use it as their HTTPS proxy: "+
+		"push, delete and other writes are not supported through it; to push, go to the registry directly: "+
+		"add %s to the client's NO_PROXY (noProxy), or push from a client without the proxy setting", tgt.host, tgt.host)
+	p.o.Log.Warn("proxy: refused", "status", http.StatusMethodNotAllowed, "method", r.Method, "host", tgt.host, "path", r.URL.Path,
+		"remote", r.RemoteAddr, "reason", "writes are not supported through the cache")
+	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	type detail struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	_ = json.NewEncoder(w).Encode(map[string][]detail{"errors": {{Code: "UNSUPPORTED", Message: msg}}})
 }
 
 // linkWriter takes the upstream prefix the proxy added back out of a pagination Link header, so that the

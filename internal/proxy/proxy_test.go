@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -71,6 +72,13 @@ func (s *syncBuffer) String() string {
 
 func startTestProxy(t *testing.T, mutate func(*Options)) *testProxy {
 	t.Helper()
+	return startTestProxyHooked(t, mutate, nil)
+}
+
+// startTestProxyHooked is startTestProxy with hook called on the Proxy before it serves (to replace its
+// resolver or dialer).
+func startTestProxyHooked(t *testing.T, mutate func(*Options), hook func(*Proxy)) *testProxy {
+	t.Helper()
 	tp := &testProxy{ca: newTestCA(t), reg: &recorder{}, logs: &syncBuffer{}}
 	o := Options{
 		CA: tp.ca,
@@ -87,6 +95,9 @@ func startTestProxy(t *testing.T, mutate func(*Options)) *testProxy {
 	p, err := New(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if hook != nil {
+		hook(p)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -139,8 +150,10 @@ func TestInterceptRewritesToUpstream(t *testing.T) {
 	for _, tt := range []struct{ url, want string }{
 		{"https://registry.example.com/v2/", "/v2/"},
 		{"https://registry.example.com/v2/team/app/manifests/v1", "/v2/registry.example.com/team/app/manifests/v1"},
-		// The host decides: a repository named like another upstream stays on this one.
-		{"https://registry.example.com/v2/local/app/manifests/v1?ns=local", "/v2/registry.example.com/local/app/manifests/v1?ns=local"},
+		// The host decides: a repository named like another upstream stays on this one, and ?ns= is
+		// dropped so that the registry does not echo another upstream in OCI-Namespace.
+		{"https://registry.example.com/v2/local/app/manifests/v1?ns=local", "/v2/registry.example.com/local/app/manifests/v1"},
+		{"https://registry.example.com/v2/app/tags/list?n=1&ns=local&last=a", "/v2/registry.example.com/app/tags/list?last=a&n=1"},
 		{"https://registry.test:5000/v2/team/app/blobs/sha256:abc", "/v2/local/team/app/blobs/sha256:abc"},
 		{"https://10.99.0.1:5443/v2/team/app/manifests/v1", "/v2/local/team/app/manifests/v1"},
 		{"https://REGISTRY.test/v2/a/manifests/v1", "/v2/local/a/manifests/v1"}, // 443 is always allowed
@@ -216,7 +229,9 @@ func TestConnectRefusals(t *testing.T) {
 	}{
 		{"stranger", "CONNECT example.org:443 HTTP/1.1", 403, "example.org is not a configured upstream"},
 		{"wrong port", "CONNECT registry.example.com:22 HTTP/1.1", 403, "only intercepts it on port 443, not 22"},
-		{"alias port only", "CONNECT registry.test:5001 HTTP/1.1", 403, "port 443, 5000, 5443, not 5001"},
+		// An alias with a port is that port only; the url's port belongs to the url's host.
+		{"alias port only", "CONNECT registry.test:5001 HTTP/1.1", 403, "port 443, 5000, not 5001"},
+		{"url port on the alias host", "CONNECT registry.test:5443 HTTP/1.1", 403, "port 443, 5000, not 5443"},
 		{"no port", "CONNECT registry.example.com HTTP/1.1", 400, "not host:port"},
 		{"port zero", "CONNECT registry.example.com:0 HTTP/1.1", 400, "no valid port"},
 		{"path form", "CONNECT /v2/ HTTP/1.1", 400, "malformed CONNECT"},
@@ -272,9 +287,14 @@ func TestSNIMustMatchConnectHost(t *testing.T) {
 	roots.AddCert(tp.ca.Cert)
 	// Even a client that would accept anything gets no certificate for another name.
 	tc := tls.Client(conn, &tls.Config{ServerName: "evil.example.com", InsecureSkipVerify: true})
-	if err := tc.Handshake(); err == nil {
+	err := tc.Handshake()
+	if err == nil {
 		t.Fatalf("handshake for SNI evil.example.com through CONNECT registry.example.com succeeded with %v",
 			tc.ConnectionState().PeerCertificates[0].DNSNames)
+	}
+	// The alert says what is wrong (unrecognized_name), not internal_error.
+	if !strings.Contains(err.Error(), "unrecognized name") {
+		t.Errorf("handshake error %q, want the TLS alert unrecognized_name", err)
 	}
 	waitLog(t, tp.logs, `asks for \"evil.example.com\", but the CONNECT was for \"registry.example.com\"`)
 }
@@ -339,7 +359,8 @@ func TestPassthrough(t *testing.T) {
 		}
 	})
 	t.Run("on", func(t *testing.T) {
-		tp := startTestProxy(t, func(o *Options) { o.Passthrough = true })
+		// The test servers are on loopback, which passthrough refuses by default (TestPassthroughRefusesLocal).
+		tp := startTestProxy(t, func(o *Options) { o.Passthrough, o.AllowLocalPassthrough = true, true })
 		u, _ := url.Parse("http://" + tp.addr)
 		tr := real.Client().Transport.(*http.Transport).Clone()
 		tr.Proxy = http.ProxyURL(u)
@@ -357,6 +378,14 @@ func TestPassthrough(t *testing.T) {
 		}
 		if n := len(tp.reg.seen()); n != 0 {
 			t.Errorf("passthrough traffic reached the registry handler %d times", n)
+		}
+		// Both are logged at Info with what went each way; the tunnel when it closes.
+		waitLog(t, tp.logs, `level=INFO msg="proxy: passthrough request" method=GET target=`+plain.Listener.Addr().String()+` path=/x`)
+		waitLog(t, tp.logs, fmt.Sprintf("status=200 bytesToTarget=0 bytesFromTarget=%d", len(`plain real server, auth ""`)))
+		tr.CloseIdleConnections()
+		waitLog(t, tp.logs, `level=INFO msg="proxy: passthrough tunnel closed" target=`+real.Listener.Addr().String())
+		if !regexp.MustCompile(`tunnel closed".* bytesToTarget=[1-9][0-9]* bytesFromTarget=[1-9][0-9]* duration=`).MatchString(tp.logs.String()) {
+			t.Errorf("the tunnel's log line lacks the bytes each way:\n%s", tp.logs)
 		}
 		// Upstreams are still intercepted.
 		resp, b = get(t, tp.client(t, nil), "https://registry.example.com/v2/a/manifests/v1")

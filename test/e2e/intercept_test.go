@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,17 @@ type interceptSetup struct {
 
 func startIntercept(t *testing.T, proxyExtra string) *interceptSetup {
 	t.Helper()
+	return startInterceptOpts(t, interceptOpts{proxyExtra: proxyExtra})
+}
+
+type interceptOpts struct {
+	upstreamsBefore string // more upstreams (YAML list items) listed before registry.test
+	proxyExtra      string // more keys of the proxy section
+	caDir           string // holds ca.crt and ca.key already; by default `imagecache ca init` makes them
+}
+
+func startInterceptOpts(t *testing.T, o interceptOpts) *interceptSetup {
+	t.Helper()
 	cert, key := selfSignedCert(t)
 	s := &interceptSetup{reg: startRegistry(t, registryOpts{tlsCert: cert, tlsKey: key})}
 	upstreamPEM, _ := os.ReadFile(cert)
@@ -48,26 +60,29 @@ func startIntercept(t *testing.T, proxyExtra string) *interceptSetup {
 	upstreamPool.AppendCertsFromPEM(upstreamPEM)
 	s.trusting = remote.WithTransport(&http.Transport{TLSClientConfig: &tls.Config{RootCAs: upstreamPool}})
 
-	caDir := t.TempDir()
-	out, err := exec.Command(buildImagecache(t), "ca", "init", "--dir", caDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("imagecache ca init --dir: %v\n%s", err, out)
+	caDir := o.caDir
+	if caDir == "" {
+		caDir = t.TempDir()
+		out, err := exec.Command(buildImagecache(t), "ca", "init", "--dir", caDir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("imagecache ca init --dir: %v\n%s", err, out)
+		}
 	}
 	s.caFile = filepath.Join(caDir, "ca.crt")
 	caPEM, _ := os.ReadFile(s.caFile)
 	s.caPool = x509.NewCertPool()
 	if !s.caPool.AppendCertsFromPEM(caPEM) {
-		t.Fatalf("ca init wrote no certificate:\n%s", caPEM)
+		t.Fatalf("no CA certificate in %s:\n%s", s.caFile, caPEM)
 	}
 	_, port, _ := net.SplitHostPort(s.reg.Host)
 	s.host = "registry.test:" + port
 	s.proxyAddr = freeAddr(t)
 	s.cache = startImagecache(t, fmt.Sprintf(`upstreams:
-  - {name: registry.test, url: %q, caFile: %q}
+%s  - {name: registry.test, url: %q, caFile: %q}
 proxy:
   listen: %q
   ca: {certFile: %q, keyFile: %q}
-%s`, s.reg.URL, cert, s.proxyAddr, s.caFile, filepath.Join(caDir, "ca.key"), proxyExtra))
+%s`, o.upstreamsBefore, s.reg.URL, cert, s.proxyAddr, s.caFile, filepath.Join(caDir, "ca.key"), o.proxyExtra))
 	return s
 }
 
@@ -335,6 +350,8 @@ func TestInterceptRefusals(t *testing.T) {
 	tc := tls.Client(conn, &tls.Config{ServerName: "evil.test", InsecureSkipVerify: true})
 	if err := tc.Handshake(); err == nil {
 		t.Fatal("TLS handshake for SNI evil.test through CONNECT registry.test succeeded")
+	} else if !strings.Contains(err.Error(), "unrecognized name") {
+		t.Errorf("TLS handshake for SNI evil.test: %v, want the alert unrecognized_name", err)
 	}
 
 	waitFor(t, 5*time.Second, "the cache logs every refusal", func() error {
@@ -356,6 +373,9 @@ func TestInterceptRefusals(t *testing.T) {
 // (the client sees that server's own certificate); with proxy.auth, requests without the right Basic
 // credentials get 407 and those with them pull through the cache.
 func TestInterceptPassthroughAndAuth(t *testing.T) {
+	// The stranger listens on loopback, which passthrough refuses but for tests
+	// (TestInterceptPassthroughRefusesLocal).
+	t.Setenv(allowLocalPassthroughEnv, "1")
 	s := startIntercept(t, "  passthrough: true\n  auth: {username: kapp, password: s3cret}\n")
 	stranger := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "stranger") }))
 	t.Cleanup(stranger.Close)
@@ -387,6 +407,15 @@ func TestInterceptPassthroughAndAuth(t *testing.T) {
 	if b := readBody(resp); b != "stranger" || !resp.TLS.PeerCertificates[0].Equal(stranger.Certificate()) {
 		t.Fatalf("passthrough: %q, certificate %v; want the stranger's own certificate", b, resp.TLS.PeerCertificates[0].Subject)
 	}
+	tr.CloseIdleConnections()
+	waitFor(t, 5*time.Second, "the cache logs the tunnel with its bytes each way", func() error {
+		re := regexp.MustCompile(`"msg":"proxy: passthrough tunnel closed","target":"` + regexp.QuoteMeta(stranger.Listener.Addr().String()) +
+			`".*"bytesToTarget":[1-9][0-9]*,"bytesFromTarget":[1-9][0-9]*,"duration"`)
+		if !re.MatchString(s.cache.Log()) {
+			return fmt.Errorf("no such line")
+		}
+		return nil
+	})
 	if err := pullThrough(t, s.transport(good), s.host+"/secure/app:v1", digest); err != nil {
 		t.Fatalf("pull with proxy credentials: %v", err)
 	}
@@ -403,6 +432,9 @@ func basicAuth(user, password string) string {
 	r.SetBasicAuth(user, password)
 	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
 }
+
+// allowLocalPassthroughEnv lets the imagecache under test tunnel to loopback servers (cmd/imagecache/proxy.go).
+const allowLocalPassthroughEnv = "IMAGECACHE_TEST_PROXY_ALLOW_LOCAL_PASSTHROUGH"
 
 // TestCACommands: serve with a proxy and no CA refuses to start and says to run `imagecache ca init`;
 // `ca init` puts the CA where serve finds it (the storage path), with the key private, and refuses to
