@@ -19,7 +19,8 @@ import (
 	"imagecache.io/imagecache/internal/reference"
 )
 
-// Exit codes of the commands that talk to a running server (pull, ls, rm, stats, refresh).
+// Exit codes. Every command exits with exitUsage for a mistake in its command line; a command may give 0 and
+// exitFailure finer meanings of its own (verify and fetch say theirs in their --help).
 const (
 	exitFailure = 1 // the command ran and failed: the server is unreachable, refused, or a ref failed
 	exitUsage   = 2 // the command line is wrong: unknown flag, wrong arguments, a reference that does not parse
@@ -38,12 +39,17 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// usagef makes a usage error that names the command (unless it is the root) and points to its --help.
 func usagef(cmd *cobra.Command, format string, args ...any) error {
-	name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
-	return usageError{fmt.Errorf("%s: %s (see %s --help)", name, fmt.Sprintf(format, args...), cmd.CommandPath())}
+	msg := fmt.Sprintf(format, args...)
+	if cmd.HasParent() {
+		msg = strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ") + ": " + msg
+	}
+	return usageError{fmt.Errorf("%s (see %s --help)", msg, cmd.CommandPath())}
 }
 
-// exitCode is what main exits with for err.
+// exitCode is what main exits with for err. An unknown command is also a usage error: cobra reports it for the
+// root itself (which has no Args to wrap) as a plain error.
 func exitCode(err error) int {
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command ") {
@@ -52,19 +58,43 @@ func exitCode(err error) int {
 	return exitFailure
 }
 
-// withUsageErrors makes a command's flag and argument mistakes exit with status 2.
-func withUsageErrors(cmd *cobra.Command) *cobra.Command {
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+// setUsageErrors makes the flag and argument mistakes of root and of every command under it usage errors,
+// once for the whole tree, so that no command can forget it. Flag errors go through the root's FlagErrorFunc,
+// which cobra uses for any command that sets none; argument checks are not inherited, so each command's Args
+// is wrapped. Call it after every command was added.
+func setUsageErrors(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef(c, "%v", err)
 	})
-	if args := cmd.Args; args != nil {
-		cmd.Args = func(c *cobra.Command, a []string) error {
-			if err := args(c, a); err != nil {
-				return usagef(c, "%v", err)
+	var wrap func(cmd *cobra.Command)
+	wrap = func(cmd *cobra.Command) {
+		if cmd.HasParent() && cmd.HasSubCommands() && !cmd.Runnable() {
+			// cobra answers a group command (ca) that cannot run with its help and exit status 0, before it
+			// looks at the arguments, so `ca bogus` would pass for success: running it as help lets the
+			// argument check below refuse what is not one of its commands.
+			if cmd.Args == nil {
+				cmd.Args = cobra.NoArgs
 			}
-			return nil
+			cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		}
+		if args := cmd.Args; args != nil {
+			cmd.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return usagef(c, "%v", err)
+				}
+				return nil
+			}
+		}
+		for _, sub := range cmd.Commands() {
+			wrap(sub)
 		}
 	}
+	wrap(root)
+}
+
+// withUsageErrors documents the exit codes in a client command's help. (Its flag and argument mistakes exit
+// with status 2 like every command's: setUsageErrors does that for the whole tree.)
+func withUsageErrors(cmd *cobra.Command) *cobra.Command {
 	cmd.Long += "\n" + exitCodesHelp
 	return cmd
 }

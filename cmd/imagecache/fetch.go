@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -62,11 +63,15 @@ replaced together, only after both were downloaded and verified.
 
 With --from, the files come from a running imagecache instead: the kernel and initramfs are downloaded as
 they are from <from>/ironic-python-agent[_${IPA_ARCH}].kernel and .initramfs, and --base-uri, --branch,
---flavor and --filename are ignored (the cache's file set decides what is served).
+--flavor and --filename are ignored (the cache's file set decides what is served). Both must come from one
+version of the cache's file set (the X-Set-Version it answers with): when the cache publishes a new version
+between the two requests, the file of the older version is fetched again, for up to ` + strconv.Itoa(fromRounds) + ` rounds, and
+nothing is published until the two match.
 
 Exit status: 0 when the files were published or were already up to date, and also when the upstream
-could not be reached but an earlier copy exists (a warning says so); 1 otherwise, with a message saying
-what failed, and the existing files left as they were.`,
+could not be reached but an earlier copy exists (a warning says so); 2 when the command line is wrong
+(unknown flag, an argument, a flag value that does not parse), and nothing is downloaded; 1 otherwise,
+with a message saying what failed, and the existing files left as they were.`,
 		Example: `  # as metal3's init container: the environment says what to download
   IPA_BRANCH=stable/2025.1 SHARED_DIR=/shared imagecache fetch
 
@@ -218,7 +223,11 @@ func fetchIPA(ctx context.Context, o fetchOptions) error {
 		// The files are published and correct; only the next run's conditional request is lost.
 		log.Warn("could not save the download state; the next run downloads again", "error", err)
 	}
-	log.Info("fetched", "result", summary.result(), "dir", p.dir, "files", summary)
+	attrs := []any{"result", summary.result(), "dir", p.dir, "files", summary}
+	if next.SetVersion != "" {
+		attrs = append(attrs, "setVersion", next.SetVersion)
+	}
+	log.Info("fetched", attrs...)
 	return nil
 }
 
@@ -228,6 +237,9 @@ type fetchState struct {
 	Files     []fileState   `json:"files"`     // what is published, in output order
 	Published time.Time     `json:"published"` // when these files were published
 	Checked   time.Time     `json:"checked"`   // when the upstream last confirmed them
+	// SetVersion is, with --from, the version of the cache's file set both files came from ("" when the
+	// server did not say).
+	SetVersion string `json:"setVersion,omitempty"`
 }
 
 type sourceState struct {
@@ -340,48 +352,25 @@ func (s fetchSummary) result() string {
 	return "partly downloaded"
 }
 
-// run downloads every source into one DirSink and publishes them together.
+// run downloads the tarball, extracts the kernel and initramfs and publishes them together; with --from,
+// runFrom fetches the two files instead.
 func (p *fetchPlan) run(ctx context.Context, log *slog.Logger, fetcher *files.Fetcher, prev *fetchState) (*fetchState, fetchSummary, error) {
+	if p.from {
+		return p.runFrom(ctx, log, fetcher, prev)
+	}
 	sink := files.NewDirSink(p.dir)
 	defer sink.Discard() // after Publish there is nothing left to discard
-	downloads := make([]*files.Download, len(p.sources))
-	for i, src := range p.sources {
-		cond := p.conditional(prev, src)
-		log.Info("fetching", "url", src.URL, "dir", p.dir, "ifNoneMatch", cond.ETag, "ifModifiedSince", cond.LastModified)
-		d, err := fetchSource(ctx, fetcher, src, cond, sink)
-		if err != nil {
-			return nil, nil, err
-		}
-		downloads[i] = d
-	}
-	if err := p.recheck(ctx, fetcher, prev, downloads, sink); err != nil {
+	src := p.sources[0]
+	cond := p.conditional(prev, src)
+	log.Info("fetching", "url", src.URL, "dir", p.dir, "ifNoneMatch", cond.ETag, "ifModifiedSince", cond.LastModified)
+	d, err := fetchSource(ctx, fetcher, src, cond, sink)
+	if err != nil {
 		return nil, nil, err
 	}
 	if err := sink.Publish(); err != nil {
 		return nil, nil, fmt.Errorf("%w (nothing or only part was replaced; run again)", err)
 	}
-	return p.nextState(prev, downloads)
-}
-
-// recheck asks again for the --from files that were unchanged when another one changed: the cache may
-// have switched its set to a new version between the requests, and a kernel must not be kept next to an
-// initramfs of another version. A second switch between two requests in a row is not worth guarding.
-func (p *fetchPlan) recheck(ctx context.Context, fetcher *files.Fetcher, prev *fetchState, downloads []*files.Download, sink files.Sink) error {
-	changed := false
-	for _, d := range downloads {
-		changed = changed || !d.NotModified
-	}
-	for i, d := range downloads {
-		if !changed || !d.NotModified {
-			continue
-		}
-		again, err := fetchSource(ctx, fetcher, p.sources[i], p.conditional(prev, p.sources[i]), sink)
-		if err != nil {
-			return err
-		}
-		downloads[i] = again
-	}
-	return nil
+	return p.nextState(prev, []*files.Download{d})
 }
 
 // fetchSource downloads one source with a progress report on stderr.
@@ -513,6 +502,8 @@ func (p *fetchPlan) hint(err error) string {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return "the run was interrupted"
+	case errors.As(err, new(*mixedVersionsError)):
+		return "run again; if it keeps happening, check the refreshInterval of the cache's file set"
 	case errors.As(err, &he) && !files.Unreachable(err) && p.from:
 		return "check --from and that the cache's file set publishes " + strings.Join(p.outputs, " and ")
 	case errors.As(err, &he) && !files.Unreachable(err):

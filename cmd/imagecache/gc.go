@@ -29,12 +29,19 @@ func newGCCommand() *cobra.Command {
 		Short: "Evict least recently used images now, down to the low watermark",
 		Long: `Run eviction now: when the store is over storage.maxSize, remove least recently used images (with
 the blobs no other image uses), file-set versions and stray blobs until it is down to the low watermark.
-Pinned content is never removed. Works on a stopped server's storage, or on a running server with --server.`,
+Pinned content is never removed. Works on a stopped server's storage, or on a running server with --server
+(which evicts against its own storage.maxSize: --max-size is for a storage opened directly).
+
+Exit status: 0 when the run (or the dry run) was done; 1 when it could not be; 2 when the command line is
+wrong (unknown flag, an -o value, --max-size with a server), and then nothing is evicted.`,
 		Example: `  imagecache gc --dry-run --config /etc/imagecache/config.yaml
   imagecache gc --storage /var/lib/imagecache --max-size 50Gi
   imagecache gc --server http://127.0.0.1:5000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(cmd); err != nil {
+				return err
+			}
 			plan, err := runGC(o)
 			if err != nil {
 				return err
@@ -42,11 +49,26 @@ Pinned content is never removed. Works on a stopped server's storage, or on a ru
 			return printPlan(cmd.OutOrStdout(), plan, o.output)
 		},
 	}
-	o.storageOptions.flags(cmd)
+	o.storageOptions.bindMaintenanceFlags(cmd)
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "only list what would be evicted")
 	cmd.Flags().StringVar(&o.maxSize, "max-size", "", "the limit to evict against (a quantity like 50Gi), instead of the config's storage.maxSize")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	return cmd
+}
+
+// check refuses a command line that cannot be carried out before anything is evicted, and picks the target.
+func (o *gcOptions) check(cmd *cobra.Command) error {
+	if o.output != "table" && o.output != "json" {
+		return usagef(cmd, "-o %q: want table or json", o.output)
+	}
+	from, err := o.resolveTarget(cmd)
+	if err != nil {
+		return err
+	}
+	if o.server != "" && o.maxSize != "" {
+		return usagef(cmd, "--max-size is for a storage opened directly; the server at %s (from %s) evicts against its own storage.maxSize: drop --max-size, or pass --storage or --config", o.server, from)
+	}
+	return nil
 }
 
 func runGC(o gcOptions) (eviction.Plan, error) {

@@ -46,6 +46,7 @@ when the upstream is down.`,
 	root.AddCommand(newStatsCommand())
 	root.AddCommand(newRefreshCommand())
 	root.AddCommand(newCACommand())
+	setUsageErrors(root)
 	return root
 }
 

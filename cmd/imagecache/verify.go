@@ -47,14 +47,19 @@ Works on a stopped server's storage (--storage, or --config for its storage.path
 server with --server, which verifies while it keeps serving.
 
 Exit status: 0 when everything was intact, 2 when corrupt or missing objects were found (and repaired:
-they will be fetched again), 1 when the verify could not run.`,
+they will be fetched again), 1 when the verify could not run. A wrong command line (unknown flag, an -o
+value, --server together with --storage or --config) also exits 2, with a one-line error and nothing
+verified: tell the two apart by the report on stdout, which only a run prints.`,
 		Example: `  imagecache verify --storage /var/lib/imagecache
   imagecache verify --config /etc/imagecache/config.yaml -o json
   imagecache verify --server http://127.0.0.1:5000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.output != "text" && o.output != "json" {
-				return fmt.Errorf("-o %q: want text or json", o.output)
+				return usagef(cmd, "-o %q: want text or json", o.output)
+			}
+			if _, err := o.resolveTarget(cmd); err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -69,9 +74,9 @@ they will be fetched again), 1 when the verify could not run.`,
 			return nil
 		},
 	}
-	o.storageOptions.flags(cmd)
-	cmd.MarkFlagsMutuallyExclusive("server", "storage")
-	cmd.MarkFlagsMutuallyExclusive("server", "config")
+	// --server with --storage or --config is refused by resolveTarget as a usage error; cobra's
+	// MarkFlagsMutuallyExclusive would return a plain error, which exits 1.
+	o.storageOptions.bindMaintenanceFlags(cmd)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	return cmd
 }
@@ -81,8 +86,7 @@ func runVerify(ctx context.Context, o verifyOptions, stdout, stderr io.Writer) (
 	var rep store.VerifyReport
 	var err error
 	if o.server != "" {
-		fmt.Fprintf(stderr, "verify: %s is re-hashing its storage; its report comes when it is done\n", o.server)
-		rep, err = verifyOnServer(ctx, o.server, o.token)
+		rep, err = verifyOnServer(ctx, o.server, o.token, stderr)
 	} else {
 		rep, err = verifyStorage(ctx, o.storageOptions, stderr)
 	}
@@ -152,9 +156,12 @@ func checkStorageFree(path string) error {
 	return db.Close()
 }
 
+// verifyAnnounceAfter is how long verifyOnServer waits for an answer before it says that the server is at work.
+const verifyAnnounceAfter = time.Second
+
 // verifyOnServer asks a running server to verify its storage. There is no client timeout: a large store takes
 // as long as reading every byte of it; Ctrl-C cancels the request, and with it the server's run.
-func verifyOnServer(ctx context.Context, server, token string) (store.VerifyReport, error) {
+func verifyOnServer(ctx context.Context, server, token string, stderr io.Writer) (store.VerifyReport, error) {
 	var rep store.VerifyReport
 	url := strings.TrimSuffix(server, "/") + "/api/v1/verify"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
@@ -162,7 +169,9 @@ func verifyOnServer(ctx context.Context, server, token string) (store.VerifyRepo
 		return rep, fmt.Errorf("--server %q: %w", server, err)
 	}
 	setToken(req, token)
+	stop := announceWhileWaiting(stderr, verifyAnnounceAfter, fmt.Sprintf("verify: %s is re-hashing its storage; its report comes when it is done", server))
 	resp, err := http.DefaultClient.Do(req)
+	stop()
 	if err != nil {
 		return rep, fmt.Errorf("ask the server: %w (is it running at %s?)", err, server)
 	}
@@ -178,6 +187,27 @@ func verifyOnServer(ctx context.Context, server, token string) (store.VerifyRepo
 		return rep, fmt.Errorf("POST %s: the answer is not a verify report: %w", url, err)
 	}
 	return rep, nil
+}
+
+// announceWhileWaiting prints msg to w if stop is not called within after, and returns stop, which waits for
+// msg to be written when it is being written (so that nothing prints between its words). The server answers
+// POST /api/v1/verify only when the whole run is done, so there is no "accepted" to wait for; but a refusal
+// (no or a wrong token, a run already going, an old server) is answered at once, so a request still open a
+// moment later is one the server is working on.
+func announceWhileWaiting(w io.Writer, after time.Duration, msg string) (stop func()) {
+	done, printed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(printed)
+		select {
+		case <-done:
+		case <-time.After(after):
+			fmt.Fprintln(w, msg)
+		}
+	}()
+	return func() {
+		close(done)
+		<-printed
+	}
 }
 
 func serverError(url string, status int, body []byte) error {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +29,14 @@ type cliRun struct {
 // cli runs `imagecache args...` with env added and returns its output and exit status.
 func cli(t testing.TB, env []string, args ...string) cliRun {
 	t.Helper()
+	return cliIn(t, "", env, args...)
+}
+
+// cliIn is cli in the working directory dir ("": the test's), for commands whose defaults are relative paths.
+func cliIn(t testing.TB, dir string, env []string, args ...string) cliRun {
+	t.Helper()
 	cmd := exec.CommandContext(t.Context(), buildImagecache(t), args...)
+	cmd.Dir = dir
 	// The developer's own IMAGECACHE_SERVER or IMAGECACHE_TOKEN must not change what a test means.
 	cmd.Env = slices.DeleteFunc(cleanEnv(), func(kv string) bool { return strings.HasPrefix(kv, "IMAGECACHE_") })
 	cmd.Env = append(cmd.Env, env...)
@@ -364,4 +373,143 @@ admin: {token: s3cret}
 	cli(t, nil, "gc", "--server", c.URL, "--dry-run").want(t, 1)
 	cli(t, nil, "gc", "--server", c.URL, "--token", "s3cret", "--dry-run").want(t, 0)
 	cli(t, nil, "verify", "--server", c.URL, "--token", "s3cret").want(t, 0)
+
+	// A refused verify says so and nothing else: not first that the server is re-hashing its storage.
+	r := cli(t, nil, "verify", "--server", c.URL).want(t, 1, "--token")
+	r.oneLineError(t)
+	if strings.Contains(r.stderr, "re-hashing") {
+		t.Errorf("a verify the server refused was announced as running:\n%s", r.stderr)
+	}
+	// gc and verify take the server and the token from the environment, like the client commands.
+	env := []string{"IMAGECACHE_SERVER=" + c.URL, "IMAGECACHE_TOKEN=s3cret"}
+	cliIn(t, t.TempDir(), env, "verify").want(t, 0)
+	cliIn(t, t.TempDir(), env, "gc", "--dry-run").want(t, 0)
+}
+
+// TestCLIUsageErrors: every command refuses a wrong command line the same way: exit status 2, one line
+// that names the flag or argument, and nothing done (run in an empty directory that must stay empty:
+// serve, gc and verify default to ./imagecache-data).
+func TestCLIUsageErrors(t *testing.T) {
+	commands := [][]string{
+		{}, {"version"}, {"serve"}, {"fetch"}, {"node-config"}, {"ca"}, {"ca", "init"}, {"ca", "print"},
+		{"pull"}, {"ls"}, {"rm"}, {"stats"}, {"refresh"}, {"gc"}, {"verify"},
+	}
+	// The table must cover every command the binary has, also those added after this test was written.
+	listed := map[string]bool{}
+	for _, c := range commands {
+		listed[strings.Join(c, " ")] = true
+	}
+	for _, parent := range [][]string{{}, {"ca"}} {
+		for _, name := range helpCommands(t, parent) {
+			if path := strings.Join(append(slices.Clone(parent), name), " "); !listed[path] && name != "help" && name != "completion" {
+				t.Errorf("imagecache %s is not in this test's table", path)
+			}
+		}
+	}
+
+	dir := t.TempDir()
+	for _, c := range commands {
+		r := cliIn(t, dir, nil, append(slices.Clone(c), "--bogus")...).want(t, 2, "unknown flag: --bogus", "--help")
+		r.oneLineError(t)
+	}
+	for _, args := range [][]string{
+		{"version", "extra"}, {"serve", "extra"}, {"fetch", "extra"}, {"node-config", "extra"}, {"ca", "extra"},
+		{"ca", "init", "extra"}, {"gc", "extra"}, {"verify", "extra"},
+	} {
+		r := cliIn(t, dir, nil, args...).want(t, 2, `"extra"`)
+		r.oneLineError(t)
+	}
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"fetch", "--timeout", "soon"}, "--timeout"},
+		{[]string{"serve", "--config"}, "--config"},
+		{[]string{"gc", "-o", "xml"}, `-o "xml"`},
+		{[]string{"verify", "-o", "xml"}, `-o "xml"`},
+		{[]string{"verify", "--server", "http://127.0.0.1:1", "--storage", "x"}, "give one of them"},
+		{[]string{"gc", "--server", "http://127.0.0.1:1", "--max-size", "1Gi"}, "--max-size"},
+	} {
+		r := cliIn(t, dir, nil, tc.args...).want(t, 2, tc.says)
+		r.oneLineError(t)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("refused command lines left %v in the working directory", ents)
+	}
+}
+
+// helpCommands lists the commands `imagecache PARENT --help` offers.
+func helpCommands(t *testing.T, parent []string) []string {
+	t.Helper()
+	out := cli(t, nil, append(slices.Clone(parent), "--help")...).want(t, 0).stdout
+	_, list, ok := strings.Cut(out, "Available Commands:\n")
+	if !ok {
+		t.Fatalf("imagecache %s --help lists no commands:\n%s", strings.Join(parent, " "), out)
+	}
+	list, _, _ = strings.Cut(list, "\n\n")
+	var names []string
+	for _, line := range strings.Split(list, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+// TestCLIMaintenanceServerFromEnv: gc and verify go to $IMAGECACHE_SERVER, as the client commands do,
+// unless a flag names a server or a storage. Each runs in an empty directory, where the default storage
+// ./imagecache-data is not: reporting on that would be a misleading "clean".
+func TestCLIMaintenanceServerFromEnv(t *testing.T) {
+	reg := startRegistry(t, registryOpts{})
+	_, img := pushImage(t, reg.Host, "team/app:v1", "oci", 2, 16<<10)
+	c := startImagecache(t, fmt.Sprintf(`upstreams:
+  - {name: upstream.test, url: %q, default: true}
+`, reg.URL))
+	cli(t, nil, "pull", "--server", c.URL, "team/app:v1").want(t, 0)
+	stored := imageBytes(t, img)
+	env := []string{"IMAGECACHE_SERVER=" + c.URL}
+
+	dir := t.TempDir()
+	var rep struct{ Checked, Corrupt, Missing int }
+	cliIn(t, dir, env, "verify", "-o", "json").want(t, 0).json(t, &rep)
+	if rep.Checked != 4 || rep.Corrupt != 0 || rep.Missing != 0 {
+		t.Errorf("verify with IMAGECACHE_SERVER: %+v, want the server's 4 objects checked", rep)
+	}
+	var plan struct {
+		Before int64
+		DryRun bool
+	}
+	cliIn(t, dir, env, "gc", "--dry-run", "-o", "json").want(t, 0).json(t, &plan)
+	if plan.Before != stored || !plan.DryRun {
+		t.Errorf("gc with IMAGECACHE_SERVER: %+v, want the server's %d bytes, dry run", plan, stored)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("gc or verify opened a storage in the working directory: %v", ents)
+	}
+
+	// --server wins over the environment.
+	down := []string{"IMAGECACHE_SERVER=http://" + freeAddr(t)}
+	cliIn(t, dir, down, "verify", "--server", c.URL, "-o", "json").want(t, 0).json(t, &rep)
+	if rep.Checked != 4 {
+		t.Errorf("verify --server with another IMAGECACHE_SERVER: %+v", rep)
+	}
+	// A storage named on the command line wins over the environment.
+	missing := filepath.Join(dir, "no-store")
+	cliIn(t, dir, env, "verify", "--storage", missing).want(t, 1, "no imagecache storage at "+missing).oneLineError(t)
+	fresh := filepath.Join(dir, "fresh")
+	cliIn(t, dir, env, "gc", "--storage", fresh, "--max-size", "1Gi", "--dry-run", "-o", "json").want(t, 0).json(t, &plan)
+	if plan.Before != 0 {
+		t.Errorf("gc --storage %s with IMAGECACHE_SERVER set: %+v, want the empty storage's plan", fresh, plan)
+	}
+	// --max-size means a storage opened directly: with the server from the environment it is refused.
+	cliIn(t, dir, env, "gc", "--max-size", "1Gi").want(t, 2, "--max-size", "IMAGECACHE_SERVER").oneLineError(t)
+
+	for _, name := range []string{"gc", "verify"} {
+		out := cli(t, nil, name, "--help").want(t, 0).stdout
+		for _, s := range []string{"IMAGECACHE_SERVER", "--storage", "--token", "Exit status"} {
+			if !strings.Contains(out, s) {
+				t.Errorf("%s --help lacks %q:\n%s", name, s, out)
+			}
+		}
+	}
 }

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -373,4 +376,126 @@ func TestFetchFromImagecache(t *testing.T) {
 		t.Errorf("the second run from the cache was not answered 304:\n%s", r.stderr)
 	}
 	assertFetched(t, shared, "ironic-python-agent", ipa)
+}
+
+// TestFetchFromImagecacheVersionSwitch: the cache publishes a new version of the set between fetch's request
+// for the kernel and its request for the initramfs. A proxy in front of the cache makes that happen every
+// time: when the cache has answered the first kernel request, and before fetch gets that answer, it has the
+// cache refresh the set from an upstream that already serves the next release. fetch must not publish the
+// kernel of one version next to the initramfs of the other.
+func TestFetchFromImagecacheVersionSwitch(t *testing.T) {
+	t.Parallel()
+	srv, _ := fetchServeIPA(t, fetchTarballPath)
+	cache := startImagecache(t, fmt.Sprintf(`files:
+  - set: ipa
+    url: %s%s
+    refreshInterval: 1h
+    extract:
+      - {from: "*.kernel", to: ironic-python-agent.kernel}
+      - {from: "*.initramfs", to: ironic-python-agent.initramfs}
+`, srv.URL, fetchTarballPath))
+	waitFor(t, 30*time.Second, "the cache publishes version 1 of the set", func() error {
+		if v := setVersionOf(t, cache.URL+"/api/v1/sets/ipa"); v != 1 {
+			return fmt.Errorf("version %d", v)
+		}
+		return nil
+	})
+	second := newIPATarball(t)
+	srv.Set(fetchTarballPath, second.Tgz, time.Now().Truncate(time.Second))
+
+	sw := &versionSwitcher{t: t, cache: cache.URL, trigger: "ironic-python-agent.kernel"}
+	proxy := httptest.NewServer(sw)
+	t.Cleanup(proxy.Close)
+
+	shared := t.TempDir()
+	r := runFetch(t, shared, nil, "--from", proxy.URL+"/files/ipa")
+	r.wantExit(t, 0, "--from a cache that switches versions between the two requests")
+	if got, want := sw.log(), "ironic-python-agent.kernel@1 ironic-python-agent.initramfs@2 ironic-python-agent.kernel@2"; got != want {
+		t.Errorf("the cache answered %s, want %s (the kernel of version 1 fetched again from version 2)", got, want)
+	}
+	assertFetched(t, shared, "ironic-python-agent", second)
+	assertNoFetchTemps(t, shared)
+	for _, want := range []string{"published a new version of its file set", `"again":"ironic-python-agent.kernel"`, `"setVersion":"2"`, `"result":"downloaded"`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("fetch does not report %s:\n%s", want, r.stderr)
+		}
+	}
+	var state struct{ SetVersion string }
+	b, _ := os.ReadFile(filepath.Join(fetchImagesDir(shared), ".ironic-python-agent.imagecache.json"))
+	if err := json.Unmarshal(b, &state); err != nil || state.SetVersion != "2" {
+		t.Errorf("the state file does not record set version 2 (%v):\n%s", err, b)
+	}
+}
+
+// setVersionOf reads a file set's published version from the admin API.
+func setVersionOf(t *testing.T, url string) int {
+	t.Helper()
+	a := call(t, http.MethodGet, url)
+	var st struct{ Version int }
+	if a.Status != http.StatusOK || json.Unmarshal(a.Body, &st) != nil {
+		t.Fatalf("GET %s: %d %s", url, a.Status, a.Body)
+	}
+	return st.Version
+}
+
+// versionSwitcher forwards GET /files/... to the cache (unconditionally: the test's fetch runs with an empty
+// shared directory, so it sends no validators). After the cache answered the first request for trigger,
+// it asks the cache to refresh the set (POST /api/v1/sets/ipa/refresh, which returns once the new version is
+// published) and only then passes the answer on, so the client's next request meets the new version.
+type versionSwitcher struct {
+	t       *testing.T
+	cache   string
+	trigger string
+
+	mu       sync.Mutex
+	switched bool
+	served   []string // "<file>@<X-Set-Version>" in order
+}
+
+func (s *versionSwitcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	resp, err := http.Get(s.cache + r.URL.Path)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	file := path.Base(r.URL.Path)
+	s.mu.Lock()
+	s.served = append(s.served, file+"@"+resp.Header.Get("X-Set-Version"))
+	refresh := file == s.trigger && !s.switched
+	s.switched = s.switched || refresh
+	s.mu.Unlock()
+	if refresh {
+		s.refresh()
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(body)
+}
+
+// refresh has the cache publish the next version; t.Errorf, not Fatal: this runs on the server's goroutine.
+func (s *versionSwitcher) refresh() {
+	resp, err := http.Post(s.cache+"/api/v1/sets/ipa/refresh", "application/json", nil)
+	if err != nil {
+		s.t.Errorf("refresh the set: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	var st struct{ Version int }
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != http.StatusOK || st.Version != 2 {
+		s.t.Errorf("refresh the set: status %d, version %d (%v), want 200 and version 2", resp.StatusCode, st.Version, err)
+	}
+}
+
+func (s *versionSwitcher) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.served, " ")
 }
