@@ -4,6 +4,7 @@
 package cache
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -133,6 +134,9 @@ func upstreamFailure(what string, err error) error {
 		e.Status, e.Code, e.RetryAfter = http.StatusTooManyRequests, "TOOMANYREQUESTS", ue.RetryAfter
 	case ue.Status == http.StatusNotFound:
 		e.Status, e.Code = http.StatusNotFound, notFoundCode(ue.Code, what)
+	case ue.Status == http.StatusBadRequest:
+		// The upstream refused what the client asked (a bad page size, say): the client's mistake, not an outage.
+		e.Status, e.Code = http.StatusBadRequest, cmp.Or(ue.Code, "UNSUPPORTED")
 	case ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden:
 		e.Status, e.Code = http.StatusForbidden, "DENIED"
 		e.Message += "; check the credentials configured for upstream " + ue.Upstream

@@ -4,6 +4,7 @@ package registry
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -211,7 +212,26 @@ func (h *Handler) tags(w http.ResponseWriter, r *http.Request, up, repository, c
 	if link := d.Header["Link"]; link != "" {
 		d.Header["Link"] = rewriteLink(link, clientName, r.URL.Query().Get("ns"))
 	}
+	d.Body = renameTagList(d.Body, clientName)
 	h.document(w, r, "tags", d)
+}
+
+// renameTagList puts the repository name the client asked for (with its upstream prefix, say) into a tag
+// list's "name", where the upstream wrote its own. A body that is not a tag list is left as it is.
+func renameTagList(body []byte, name string) []byte {
+	var list struct {
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+	}
+	if json.Unmarshal(body, &list) != nil || list.Name == name {
+		return body
+	}
+	list.Name = name
+	out, err := json.Marshal(list)
+	if err != nil {
+		return body
+	}
+	return out
 }
 
 func (h *Handler) referrers(w http.ResponseWriter, r *http.Request, up, repository, dgst string) {

@@ -233,6 +233,15 @@ func TestPullThroughAddressing(t *testing.T) {
 		if got := tagsOf(t, a); !slices.Equal(got, want) {
 			t.Errorf("GET %s: tags %v, upstream has %v", path, got, want)
 		}
+		var list struct{ Name string }
+		if err := json.Unmarshal(a.Body, &list); err != nil || list.Name != "upstream.test/addr/oci" {
+			t.Errorf("GET %s: name %q, want the repository as asked for, upstream.test/addr/oci (%v)", path, list.Name, err)
+		}
+		// A page size the upstream refuses is the client's mistake, passed on as such, not an outage.
+		if a := call(t, http.MethodGet, path+"?n=-1"); a.Status != http.StatusBadRequest {
+			code, msg := a.ociError()
+			t.Errorf("GET %s?n=-1: %d %s %q, want 400", path, a.Status, code, msg)
+		}
 
 		reg.Stop(t)
 		a = call(t, http.MethodGet, path)
