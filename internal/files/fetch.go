@@ -137,7 +137,7 @@ func (f *Fetcher) Fetch(ctx context.Context, src Source, cond Conditional, sink 
 	}
 	d.SourceDigest = "sha256:" + hex.EncodeToString(hash.Sum(nil))
 	if want != "" && d.SourceDigest != "sha256:"+want {
-		return nil, fmt.Errorf("download %s: checksum mismatch: the file hashes to %s, but sha256:%s was expected; the previous version is kept", src.URL, d.SourceDigest, want)
+		return nil, fmt.Errorf("download %s: checksum mismatch: the file hashes to %s, but sha256:%s was expected; nothing was published", src.URL, d.SourceDigest, want)
 	}
 	return d, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/policy"
 	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/store"
 )
@@ -75,6 +76,13 @@ func (m *Manager) load(cfg config.FileSet) (*set, error) {
 // Ensure serves the set cfg from now on (the custom resources' sets): a new set starts fetching at once; a
 // changed one keeps serving its published version until the new recipe's first fetch replaces it.
 func (m *Manager) Ensure(cfg config.FileSet) error {
+	// The config file's rules were checked when it was read; a custom resource's arrive here unchecked, and a
+	// broken glob would otherwise only ever be reported as matching nothing.
+	for _, e := range cfg.Extract {
+		if err := policy.ValidateGlob(e.From); err != nil {
+			return fmt.Errorf("file set %s: extract from: %w", cfg.Set, err)
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old, ok := m.sets[cfg.Set]; ok {

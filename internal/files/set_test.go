@@ -189,3 +189,16 @@ func TestReplacedVersionsAreRemoved(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsureRefusesABrokenGlob: a custom resource's extract rule reaches the manager unchecked; a glob that
+// cannot match anything by construction is refused with what is wrong, not reported as matching nothing.
+func TestEnsureRefusesABrokenGlob(t *testing.T) {
+	m := newTestManager(t)
+	err := m.Ensure(config.FileSet{Set: "ns_res_tools", URL: "http://x/t.tar.gz", Extract: []config.Extract{{From: "[", To: "tool"}}})
+	if err == nil || !strings.Contains(err.Error(), `glob "["`) {
+		t.Fatalf("Ensure with from: \"[\": %v, want an error naming the glob", err)
+	}
+	if _, ok := m.Status("ns_res_tools"); ok {
+		t.Error("the set with a broken rule was added anyway")
+	}
+}
