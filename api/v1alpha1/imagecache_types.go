@@ -8,11 +8,13 @@ import (
 // ImageSpec is an image to keep cached and pinned.
 type ImageSpec struct {
 	// Ref is the image reference, as a client would pull it: docker.io/library/nginx:1.27,
-	// registry.example.com/team/app@sha256:..., or nginx:1.27 (the default upstream). Its registry must be one of
-	// imagecache's upstreams (by name, alias or URL host).
+	// registry.example.com/team/app@sha256:<64 hex>, or nginx:1.27 (the default upstream). Its registry must be
+	// one of imagecache's upstreams (by name, alias or URL host). The pattern is the OCI reference grammar
+	// (lowercase registry host and repository, a tag or a sha256/sha512 digest of the right length), so a
+	// typo is refused by kubectl rather than reported later in status.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:Pattern=`^[a-z0-9][^\s]*$`
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]+)?/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64}|@sha512:[a-f0-9]{128})?$`
 	Ref string `json:"ref"`
 	// PullPolicy says how fresh the cached tag must be: Always (checked on every refresh and pull),
 	// IfNotPresent (fetched once), Never (only pinned if already cached). Default: the server's policy.
@@ -67,7 +69,12 @@ type ImageCacheSpec struct {
 	// PullSecrets are kubernetes.io/dockerconfigjson Secrets in the same namespace, used for these images.
 	// +optional
 	PullSecrets []corev1.LocalObjectReference `json:"pullSecrets,omitempty"`
-	// RefreshInterval is how often images and files are checked again (default 1h).
+	// RefreshInterval is how often images and files are checked again (default 1h, at least 10s: every
+	// check costs each image an upstream request).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="refreshInterval must be at least 10s"
 	// +optional
 	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
 }
@@ -117,7 +124,10 @@ type ImageCache struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   ImageCacheSpec   `json:"spec,omitempty"`
+	// Spec declares the images and files to keep cached, pinned and fresh (required: a resource without one
+	// would declare nothing).
+	// +required
+	Spec   ImageCacheSpec   `json:"spec"`
 	Status ImageCacheStatus `json:"status,omitempty"`
 }
 

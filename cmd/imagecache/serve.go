@@ -152,6 +152,7 @@ func serve(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	var kube *controllersRun // set once the controllers start; /readyz reports them down
 	handler := server.Handler(server.Routes{
 		Registry: registry.New(c, router, log, observer{m, statistics}),
 		Files:    sets,
@@ -160,7 +161,7 @@ func serve(ctx context.Context, o serveOptions) error {
 		UI: ui.New(ui.Deps{Config: cfg, Stats: statistics.Snapshot, Usage: st.Usage, Images: evictor.Images,
 			Pinned: evictor.PinnedBytes, Sets: sets.Statuses, Version: buildVersion(), Log: log}),
 		Metrics: promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}),
-		Ready:   func() ([]string, error) { return readiness(evictor, cfg.Storage.MaxSize) },
+		Ready:   func() ([]string, error) { return readiness(evictor, cfg.Storage.MaxSize, kube) },
 	}, log, o.accessLog)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -177,10 +178,16 @@ func serve(ctx context.Context, o serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sets.Run(ctx)
-	if err := startKubernetes(ctx, o, cfg, controller.Deps{Cache: c, Files: sets, Store: st, Router: router, Upstreams: clients, Log: log}); err != nil {
+	// The controllers are wired (they follow the sets' refreshes) before the sets' loops start.
+	if kube, err = startKubernetes(ctx, o, cfg, controller.Deps{Cache: c, Files: sets, Store: st, Router: router, Upstreams: clients, Log: log}); err != nil {
 		return err
 	}
+	if kube != nil {
+		// The manager releases the leader lease last as it stops: without this wait the process would exit
+		// first, and the next leader would wait for the lease to expire.
+		defer kube.Wait(15*time.Second, log)
+	}
+	sets.Run(ctx)
 	evictor.Start(ctx)
 	go flushAccessTimes(ctx, st, log)
 	go func() {
@@ -275,11 +282,16 @@ func flushAccessTimes(ctx context.Context, st *store.Store, log *slog.Logger) {
 }
 
 // readiness keeps serving (ready) when pins alone exceed the limit, but says so.
-func readiness(e *eviction.Evictor, limit int64) ([]string, error) {
+func readiness(e *eviction.Evictor, limit int64, kube *controllersRun) ([]string, error) {
+	var warnings []string
 	if pinned, over := e.PinStatus(); over {
-		return []string{fmt.Sprintf("pinned content (%d bytes) exceeds storage.maxSize (%d bytes): the store stays over its limit; raise maxSize or pin less", pinned, limit)}, nil
+		warnings = append(warnings, fmt.Sprintf("pinned content (%d bytes) exceeds storage.maxSize (%d bytes): the store stays over its limit; raise maxSize or pin less", pinned, limit))
 	}
-	return nil, nil
+	// Still ready: the cache serves what it holds whether or not the controllers run.
+	if p := kube.Problem(); p != "" {
+		warnings = append(warnings, p)
+	}
+	return warnings, nil
 }
 
 // observeStorage exports the store's figures as metrics.
@@ -303,11 +315,11 @@ func observeStorage(m *metrics.Metrics, st *store.Store, e *eviction.Evictor, li
 	}
 }
 
-// startKubernetes starts the controllers when serve has Kubernetes access.
-func startKubernetes(ctx context.Context, o serveOptions, cfg *config.Config, deps controller.Deps) error {
+// startKubernetes starts the controllers when serve has Kubernetes access (nil, nil when it has not).
+func startKubernetes(ctx context.Context, o serveOptions, cfg *config.Config, deps controller.Deps) (*controllersRun, error) {
 	restCfg, err := o.kube.restConfig()
 	if err != nil || restCfg == nil {
-		return err
+		return nil, err
 	}
 	deps.PublicURL = o.kube.publicBase(cfg.Listen)
 	return startControllers(ctx, restCfg, o.kube, deps, deps.Log)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,86 +28,51 @@ import (
 
 const (
 	defaultRefresh = time.Hour
+	// minRefresh is the admission minimum, applied again here for objects stored before the rule existed:
+	// every check costs each image an upstream request.
+	minRefresh     = 10 * time.Second
 	pendingRecheck = 2 * time.Second  // while a file set's first fetch runs
 	failedRecheck  = 30 * time.Second // to report a failing set's retries
 )
 
-type imageCacheReconciler struct{ reconciler }
+type imageCacheReconciler struct {
+	reconciler
+	checks *imageChecks
+}
 
 func (r *imageCacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var ic v1alpha1.ImageCache
 	if err := r.client.Get(ctx, req.NamespacedName, &ic); err != nil {
 		if client404(err) {
+			r.checks.forget(req.NamespacedName)
 			return ctrl.Result{}, r.release("ImageCache", req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
 	if !ic.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.handleDeletion(ctx, "ImageCache", &ic)
+		r.checks.forget(req.NamespacedName)
+		return retryOnConflict(r.handleDeletion(ctx, "ImageCache", &ic))
 	}
-	if updated, err := r.ensureFinalizer(ctx, &ic); err != nil || updated {
-		return ctrl.Result{Requeue: updated}, err
+	if err := r.ensureFinalizer(ctx, &ic); err != nil {
+		return retryOnConflict(err)
 	}
 
-	secrets, secretProblems := r.pullSecrets(ctx, &ic)
+	refresh := refreshInterval(ic.Spec.RefreshInterval)
 	old := ic.Status.DeepCopy()
-	st := v1alpha1.ImageCacheStatus{ObservedGeneration: ic.Generation, Conditions: ic.Status.Conditions}
-	var pins, problems []string
-	problems = append(problems, secretProblems...)
-	var total int64
-	cached := 0
-	for _, img := range ic.Spec.Images {
-		is, pin := r.image(ctx, img, secrets, previous(old.Images, img.Ref))
-		st.Images = append(st.Images, is)
-		if pin != "" {
-			pins = append(pins, pin)
-		}
-		total += is.Size
-		switch is.State {
-		case v1alpha1.StateCached:
-			cached++
-		case v1alpha1.StateStale, v1alpha1.StateFailed:
-			problems = append(problems, fmt.Sprintf("image %s: %s", is.Ref, is.Message))
-		}
-	}
-	requeue := refreshInterval(ic.Spec.RefreshInterval)
-	wanted := map[string]bool{}
-	for _, f := range ic.Spec.Files {
-		name := imageCacheSet(req.NamespacedName, f.Name)
-		wanted[name] = true
-		fs, size := r.fileSet(name, f, refreshInterval(ic.Spec.RefreshInterval))
-		st.Files = append(st.Files, fs)
-		total += size
-		pins = append(pins, "files/"+name)
-		switch fs.State {
-		case v1alpha1.StateFetching:
-			requeue = min(requeue, pendingRecheck)
-		case v1alpha1.StateStale, v1alpha1.StateFailed:
-			problems = append(problems, fmt.Sprintf("file set %s: %s", f.Name, fs.Message))
-			requeue = min(requeue, failedRecheck)
-		}
-	}
-	r.dropSets("ImageCache", req.NamespacedName, wanted)
-	if err := r.deps.Store.SetPins(owner("ImageCache", req.NamespacedName), pins); err != nil {
+	secrets, secretIDs, secretProblems := r.pullSecrets(ctx, &ic)
+	check := r.checkImages(ctx, &ic, secrets, secretIDs, refresh, old)
+	files, filePins, fileProblems, requeue := r.fileSets(req.NamespacedName, ic.Spec.Files, refresh)
+	if err := r.deps.Store.SetPins(owner("ImageCache", req.NamespacedName), slices.Concat(check.pins, filePins)); err != nil {
 		return ctrl.Result{}, err
 	}
-
-	st.CachedImages = fmt.Sprintf("%d/%d", cached, len(ic.Spec.Images))
-	st.Size = progress.Bytes(total)
-	ready := cached == len(ic.Spec.Images)
-	for _, f := range st.Files {
-		ready = ready && (f.State == v1alpha1.StateCached || f.State == v1alpha1.StateStale)
-	}
-	readyReason, readyMsg := "Cached", "every image and file set is cached and served"
-	if !ready {
-		readyReason, readyMsg = "NotCached", "some images or file sets are not cached yet; see status.images and status.files"
-	}
-	setConditions(&st.Conditions, ic.Generation, ready, readyReason, readyMsg, problems)
+	st := v1alpha1.ImageCacheStatus{ObservedGeneration: ic.Generation, Conditions: ic.Status.Conditions, Images: check.images, Files: files}
+	summarize(&st, len(ic.Spec.Images), slices.Concat(secretProblems, imageProblems(check.images), fileProblems))
 	if r.leader() {
 		r.emitEvents(&ic, old, &st)
+		r.secretEvents(&ic, old, secretProblems)
 		ic.Status = st
 		if err := r.client.Status().Update(ctx, &ic); err != nil {
-			return ctrl.Result{}, err
+			return retryOnConflict(err)
 		}
 	}
 	for _, is := range st.Images {
@@ -116,7 +82,104 @@ func (r *imageCacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return ctrl.Result{}, fmt.Errorf("image %s: %s", is.Ref, is.Message)
 		}
 	}
-	return ctrl.Result{RequeueAfter: requeue}, nil
+	return ctrl.Result{RequeueAfter: min(requeue, max(time.Until(check.at.Add(refresh)), checkSlack))}, nil
+}
+
+// checkImages checks every image, unless this replica did so with the same inputs less than refresh ago.
+// A check with a failed image is not remembered: the retry must check again.
+func (r *imageCacheReconciler) checkImages(ctx context.Context, ic *v1alpha1.ImageCache, secrets []*configfile.ConfigFile, secretIDs []string, refresh time.Duration, old *v1alpha1.ImageCacheStatus) imageCheck {
+	key, inputs, now := client.ObjectKeyFromObject(ic), checkInputs(ic, secretIDs), time.Now()
+	if last, ok := r.checks.recent(key, inputs, refresh, now); ok {
+		return last
+	}
+	check := imageCheck{inputs: inputs, at: now}
+	failed := false
+	for _, img := range ic.Spec.Images {
+		is, pin := r.image(ctx, img, secrets, previous(old.Images, img.Ref))
+		check.images = append(check.images, is)
+		if pin != "" {
+			check.pins = append(check.pins, pin)
+		}
+		failed = failed || is.State == v1alpha1.StateFailed
+	}
+	if !failed {
+		r.checks.remember(key, check)
+	}
+	return check
+}
+
+func imageProblems(images []v1alpha1.ImageStatus) []string {
+	var problems []string
+	for _, is := range images {
+		if is.State == v1alpha1.StateStale || is.State == v1alpha1.StateFailed {
+			problems = append(problems, fmt.Sprintf("image %s: %s", is.Ref, is.Message))
+		}
+	}
+	return problems
+}
+
+// fileSets serves the declared sets (dropping the ones no longer declared) and says when to look again.
+func (r *imageCacheReconciler) fileSets(key types.NamespacedName, specs []v1alpha1.FileSetSpec, refresh time.Duration) ([]v1alpha1.FileSetStatus, []string, []string, time.Duration) {
+	var out []v1alpha1.FileSetStatus
+	var pins, problems []string
+	requeue := refresh
+	wanted := map[string]bool{}
+	for _, f := range specs {
+		name := imageCacheSet(key, f.Name)
+		wanted[name] = true
+		fs, tooOld := r.fileSet(name, f, refresh)
+		out = append(out, fs)
+		pins = append(pins, "files/"+name)
+		switch fs.State {
+		case v1alpha1.StateFetching:
+			requeue = min(requeue, pendingRecheck)
+		case v1alpha1.StateStale, v1alpha1.StateFailed:
+			problems = append(problems, fmt.Sprintf("file set %s: %s", f.Name, fs.Message))
+			requeue = min(requeue, failedRecheck)
+		default:
+			if tooOld {
+				problems = append(problems, fmt.Sprintf("file set %s: %s", f.Name, fs.Message))
+			}
+		}
+	}
+	r.dropSets("ImageCache", key, wanted)
+	return out, pins, problems, requeue
+}
+
+// summarize fills the printer columns and the conditions. Stale entries count as available: "cached" means
+// pullable with the upstream gone, and a stale entry is exactly that; Degraded says they could not be
+// checked.
+func summarize(st *v1alpha1.ImageCacheStatus, declared int, problems []string) {
+	var total int64
+	available := 0
+	for _, is := range st.Images {
+		total += is.Size
+		if servable(is.State) {
+			available++
+		}
+	}
+	ready := available == declared
+	for _, f := range st.Files {
+		for _, file := range f.Files {
+			total += file.Size
+		}
+		ready = ready && servable(f.State)
+	}
+	st.CachedImages = fmt.Sprintf("%d/%d", available, declared)
+	st.Size = progress.Bytes(total)
+	readyReason, readyMsg := "Cached", "every image and file set is cached and served"
+	switch {
+	case !ready:
+		readyReason, readyMsg = "NotCached", "some images or file sets are not cached yet; see status.images and status.files"
+	case len(problems) > 0:
+		readyMsg += "; some could not be checked or refreshed, see the Degraded condition"
+	}
+	setConditions(&st.Conditions, st.ObservedGeneration, ready, readyReason, readyMsg, problems)
+}
+
+// servable: the entry is in the store and served, checked or not.
+func servable(state string) bool {
+	return state == v1alpha1.StateCached || state == v1alpha1.StateStale
 }
 
 // image fetches one image completely (its pullPolicy deciding how fresh it must be) and returns its status
@@ -158,8 +221,9 @@ func (r *imageCacheReconciler) image(ctx context.Context, img v1alpha1.ImageSpec
 	return st, pin
 }
 
-// fileSet serves a declared set and reports it.
-func (r *imageCacheReconciler) fileSet(name string, f v1alpha1.FileSetSpec, refresh time.Duration) (v1alpha1.FileSetStatus, int64) {
+// fileSet serves a declared set and reports it, and whether the upstream's copy is still older than the
+// set's minimumModificationTime (served, but not what was asked for).
+func (r *imageCacheReconciler) fileSet(name string, f v1alpha1.FileSetSpec, refresh time.Duration) (v1alpha1.FileSetStatus, bool) {
 	cfg := icconfig.FileSet{Set: name, URL: f.URL, SHA256: strings.ToLower(f.SHA256), ChecksumURL: f.ChecksumURL,
 		RefreshInterval: refresh, Architecture: icconfig.NormalizeArchitecture(f.Architecture)}
 	for _, e := range f.Extract {
@@ -171,29 +235,30 @@ func (r *imageCacheReconciler) fileSet(name string, f v1alpha1.FileSetSpec, refr
 	st := v1alpha1.FileSetStatus{Name: f.Name, URL: strings.TrimSuffix(r.deps.PublicURL, "/") + "/files/" + name + "/"}
 	if err := r.deps.Files.Ensure(cfg); err != nil {
 		st.State, st.Message = v1alpha1.StateFailed, err.Error()
-		return st, 0
+		return st, false
 	}
 	fs, _ := r.deps.Files.Status(name)
 	st.State, st.Message = fileSetState(fs.State), fs.Message
-	var size int64
+	if fs.OlderThanMinimum {
+		st.Message = withOlderThanMinimum(st.Message, f.URL, "minimumModificationTime")
+	}
 	for _, file := range fs.Files {
 		st.Files = append(st.Files, v1alpha1.ServedFile{Name: file.Name, URL: r.fileURL(name, file.Name), Digest: file.Digest,
 			Size: file.Size, LastModified: timePtr(metav1.NewTime(file.LastModified))})
-		size += file.Size
 	}
-	return st, size
+	return st, fs.OlderThanMinimum
 }
 
-// pullSecrets reads the declared dockerconfigjson Secrets; problems are reported, not fatal.
-func (r *imageCacheReconciler) pullSecrets(ctx context.Context, ic *v1alpha1.ImageCache) ([]*configfile.ConfigFile, []string) {
-	var out []*configfile.ConfigFile
-	var problems []string
+// pullSecrets reads the declared dockerconfigjson Secrets; problems are reported, not fatal. ids name the
+// versions read (a changed or newly created Secret makes the images be checked again with it).
+func (r *imageCacheReconciler) pullSecrets(ctx context.Context, ic *v1alpha1.ImageCache) (out []*configfile.ConfigFile, ids, problems []string) {
 	for _, ref := range ic.Spec.PullSecrets {
 		var s corev1.Secret
 		if err := r.secrets.Get(ctx, types.NamespacedName{Namespace: ic.Namespace, Name: ref.Name}, &s); err != nil {
 			problems = append(problems, fmt.Sprintf("pull secret %s/%s: %v", ic.Namespace, ref.Name, err))
 			continue
 		}
+		ids = append(ids, ref.Name+"@"+s.ResourceVersion)
 		raw, ok := s.Data[corev1.DockerConfigJsonKey]
 		if s.Type != corev1.SecretTypeDockerConfigJson || !ok {
 			problems = append(problems, fmt.Sprintf("pull secret %s/%s is not a %s Secret with a %s key", ic.Namespace, ref.Name, corev1.SecretTypeDockerConfigJson, corev1.DockerConfigJsonKey))
@@ -207,7 +272,7 @@ func (r *imageCacheReconciler) pullSecrets(ctx context.Context, ic *v1alpha1.Ima
 		cf.Filename = ref.Name + "@" + s.ResourceVersion // identifies these credentials in transport caches
 		out = append(out, cf)
 	}
-	return out, problems
+	return out, ids, problems
 }
 
 // credentials picks the first pull secret with credentials for the upstream.
@@ -224,14 +289,17 @@ func (r *imageCacheReconciler) credentials(up string, secrets []*configfile.Conf
 	return nil, "", false
 }
 
-// emitEvents records transitions: fetched, stale, failed.
+// emitEvents records transitions: fetched, moved to a new digest, stale, failed.
 func (r *imageCacheReconciler) emitEvents(ic *v1alpha1.ImageCache, old *v1alpha1.ImageCacheStatus, st *v1alpha1.ImageCacheStatus) {
 	for _, is := range st.Images {
-		before := ""
+		before, beforeDigest := "", ""
 		if p := previous(old.Images, is.Ref); p != nil {
-			before = p.State
+			before, beforeDigest = p.State, p.Digest
 		}
 		if before == is.State {
+			if is.State == v1alpha1.StateCached && beforeDigest != "" && beforeDigest != is.Digest {
+				r.events.Eventf(ic, corev1.EventTypeNormal, "Updated", "image %s moved from %s to %s (%s)", is.Ref, beforeDigest, is.Digest, progress.Bytes(is.Size))
+			}
 			continue
 		}
 		switch is.State {
@@ -264,6 +332,20 @@ func (r *imageCacheReconciler) emitEvents(ic *v1alpha1.ImageCache, old *v1alpha1
 	}
 }
 
+// secretEvents warns about a pull secret that is missing or unusable, once: when the problem first appears
+// in the Degraded condition.
+func (r *imageCacheReconciler) secretEvents(ic *v1alpha1.ImageCache, old *v1alpha1.ImageCacheStatus, problems []string) {
+	before := ""
+	if d := condition(old.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Status == metav1.ConditionTrue {
+		before = d.Message
+	}
+	for _, p := range problems {
+		if !strings.Contains(before, p) {
+			r.events.Event(ic, corev1.EventTypeWarning, "PullSecret", p)
+		}
+	}
+}
+
 func previous(list []v1alpha1.ImageStatus, ref string) *v1alpha1.ImageStatus {
 	for i := range list {
 		if list[i].Ref == ref {
@@ -273,11 +355,13 @@ func previous(list []v1alpha1.ImageStatus, ref string) *v1alpha1.ImageStatus {
 	return nil
 }
 
+// refreshInterval is the spec's, within bounds: admission refuses less than minRefresh, but objects stored
+// before that rule may still say 10ms (which hammered the upstream) or 0s.
 func refreshInterval(d *metav1.Duration) time.Duration {
 	if d == nil || d.Duration <= 0 {
 		return defaultRefresh
 	}
-	return d.Duration
+	return max(d.Duration, minRefresh)
 }
 
 var _ client.Object = &v1alpha1.ImageCache{}

@@ -67,10 +67,10 @@ func (r *ironicReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if !iic.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.handleDeletion(ctx, "IronicImageCache", &iic)
+		return retryOnConflict(r.handleDeletion(ctx, "IronicImageCache", &iic))
 	}
-	if updated, err := r.ensureFinalizer(ctx, &iic); err != nil || updated {
-		return ctrl.Result{Requeue: updated}, err
+	if err := r.ensureFinalizer(ctx, &iic); err != nil {
+		return retryOnConflict(err)
 	}
 
 	arches := agentArches(req.NamespacedName, iic.Spec)
@@ -86,14 +86,16 @@ func (r *ironicReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	for _, a := range arches {
 		wanted[a.set] = true
 		pins = append(pins, "files/"+a.set)
-		as := r.arch(a, iic.Spec)
+		as, tooOld := r.arch(a, iic.Spec)
 		st.Architectures = append(st.Architectures, as)
-		switch as.State {
-		case v1alpha1.StateFetching:
+		switch {
+		case as.State == v1alpha1.StateFetching:
 			requeue = min(requeue, pendingRecheck)
-		case v1alpha1.StateStale, v1alpha1.StateFailed:
+		case as.State == v1alpha1.StateStale, as.State == v1alpha1.StateFailed:
 			problems = append(problems, fmt.Sprintf("%s: %s", a.arch, as.Message))
 			requeue = min(requeue, failedRecheck)
+		case tooOld:
+			problems = append(problems, fmt.Sprintf("%s: %s", a.arch, as.Message))
 		}
 		if as.KernelDigest == "" || as.InitramfsDigest == "" {
 			ready = false
@@ -114,14 +116,15 @@ func (r *ironicReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		r.emitEvents(&iic, old, &st)
 		iic.Status = st
 		if err := r.client.Status().Update(ctx, &iic); err != nil {
-			return ctrl.Result{}, err
+			return retryOnConflict(err)
 		}
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
-// arch serves one architecture's set and reports it.
-func (r *ironicReconciler) arch(a agentArch, spec v1alpha1.IronicImageCacheSpec) v1alpha1.AgentArchitecture {
+// arch serves one architecture's set and reports it, and whether the agent at the download site is still
+// older than agentMinimumModificationTime (the last copy is served, but it is not what was asked for).
+func (r *ironicReconciler) arch(a agentArch, spec v1alpha1.IronicImageCacheSpec) (v1alpha1.AgentArchitecture, bool) {
 	cfg := icconfig.FileSet{Set: a.set, URL: a.source, RefreshInterval: agentRefreshPeriod,
 		Extract: []icconfig.Extract{{From: "*.kernel", To: a.kernel}, {From: "*.initramfs", To: a.initramfs}}}
 	if spec.AgentMinimumModificationTime != nil {
@@ -130,12 +133,12 @@ func (r *ironicReconciler) arch(a agentArch, spec v1alpha1.IronicImageCacheSpec)
 	as := v1alpha1.AgentArchitecture{Architecture: a.arch}
 	if err := r.deps.Files.Ensure(cfg); err != nil {
 		as.State, as.Message = v1alpha1.StateFailed, err.Error()
-		return as
+		return as, false
 	}
 	fs, _ := r.deps.Files.Status(a.set)
 	as.State, as.Message = fileSetState(fs.State), fs.Message
 	if fs.OlderThanMinimum {
-		as.Message = strings.TrimPrefix(as.Message+"; ", "; ") + fmt.Sprintf("the agent at %s is still older than agentMinimumModificationTime", a.source)
+		as.Message = withOlderThanMinimum(as.Message, a.source, "agentMinimumModificationTime")
 	}
 	for _, f := range fs.Files {
 		lm := timePtr(metav1.NewTime(f.LastModified))
@@ -146,7 +149,7 @@ func (r *ironicReconciler) arch(a agentArch, spec v1alpha1.IronicImageCacheSpec)
 			as.InitramfsURL, as.InitramfsDigest = r.fileURL(a.set, f.Name), f.Digest
 		}
 	}
-	return as
+	return as, fs.OlderThanMinimum
 }
 
 func (r *ironicReconciler) emitEvents(iic *v1alpha1.IronicImageCache, old, st *v1alpha1.IronicImageCacheStatus) {

@@ -13,6 +13,20 @@ import (
 
 func client404(err error) bool { return apierrors.IsNotFound(err) }
 
+func condition(conds []metav1.Condition, typ string) *metav1.Condition {
+	return meta.FindStatusCondition(conds, typ)
+}
+
+// withOlderThanMinimum adds to a set's message that its upstream copy is still older than the minimum
+// modification time: it is served, but it is not what the resource asks for.
+func withOlderThanMinimum(msg, source, field string) string {
+	note := fmt.Sprintf("the copy at %s is still older than %s", source, field)
+	if msg == "" {
+		return note
+	}
+	return msg + "; " + note
+}
+
 // setConditions writes Ready and Degraded from the problems found.
 func setConditions(conds *[]metav1.Condition, generation int64, ready bool, readyReason, readyMsg string, problems []string) {
 	status := metav1.ConditionFalse

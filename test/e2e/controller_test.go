@@ -267,18 +267,50 @@ func TestImageCacheResource(t *testing.T) {
 func TestImageCacheAdmissionRejectsBadSpecs(t *testing.T) {
 	k := startCluster(t)
 	ctx := context.Background()
-	for name, spec := range map[string]map[string]any{
-		"empty":         {},
-		"uppercase-ref": {"images": []any{map[string]any{"ref": "Bad/Ref:v1"}}},
-		"bad-policy":    {"images": []any{map[string]any{"ref": "nginx:1.27", "pullPolicy": "Sometimes"}}},
-		"ftp-files":     {"files": []any{map[string]any{"name": "x", "url": "ftp://example.com/x"}}},
-		"unknown-field": {"images": []any{map[string]any{"ref": "nginx:1.27", "pullPolicyy": "Always"}}},
-	} {
+	image := func(ref string) map[string]any { return map[string]any{"images": []any{map[string]any{"ref": ref}}} }
+	every := func(d string) map[string]any {
+		return map[string]any{"images": []any{map[string]any{"ref": "nginx:1.27"}}, "refreshInterval": d}
+	}
+	imageCache := func(name string, spec map[string]any) *unstructured.Unstructured {
 		obj := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "imagecache.io/v1alpha1", "kind": "ImageCache",
-			"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": spec}}
-		if err := k.client.Create(ctx, obj, client.FieldValidation("Strict")); err == nil {
+			"metadata": map[string]any{"name": name, "namespace": "default"}}}
+		if spec != nil {
+			obj.Object["spec"] = spec
+		}
+		return obj
+	}
+	for name, spec := range map[string]map[string]any{
+		"no-spec":          nil,
+		"empty":            {},
+		"uppercase-ref":    image("Bad/Ref:v1"),
+		"bangs-in-ref":     image("registry.example.com/team/app!!:v1"),
+		"short-digest":     image("registry.example.com/team/app@sha256:1234"),
+		"uppercase-digest": image("nginx@sha256:" + strings.Repeat("A", 64)),
+		"bad-policy":       {"images": []any{map[string]any{"ref": "nginx:1.27", "pullPolicy": "Sometimes"}}},
+		"ftp-files":        {"files": []any{map[string]any{"name": "x", "url": "ftp://example.com/x"}}},
+		"unknown-field":    {"images": []any{map[string]any{"ref": "nginx:1.27", "pullPolicyy": "Always"}}},
+		"refresh-10ms":     every("10ms"),
+		"refresh-0s":       every("0s"),
+		"refresh-negative": every("-5m"),
+		"refresh-garbage":  every("soon"),
+	} {
+		if err := k.client.Create(ctx, imageCache(name, spec), client.FieldValidation("Strict")); err == nil {
 			t.Errorf("%s: accepted %v", name, spec)
+		}
+	}
+	// The rules must not refuse what is valid.
+	for name, spec := range map[string]map[string]any{
+		"short-name":      image("nginx:1.27"),
+		"host-port-tag":   image("127.0.0.1:5000/team/app:v1.2_3-rc"),
+		"digest":          image("registry.example.com/team/app@sha256:" + strings.Repeat("ab", 32)),
+		"separators":      image("quay.io/my_org/my-app__x.y/sub:latest"),
+		"refresh-10s":     every("10s"),
+		"refresh-1h30m":   every("1h30m"),
+		"refresh-decimal": every("1.5h"),
+	} {
+		if err := k.client.Create(ctx, imageCache(name, spec), client.FieldValidation("Strict"), client.DryRunAll); err != nil {
+			t.Errorf("%s: refused %v: %v", name, spec, err)
 		}
 	}
 }
@@ -328,4 +360,7 @@ func TestPullSecretReachesTheRegistry(t *testing.T) {
 		}
 		return nil
 	})
+	for _, name := range []string{"default/broken", "default/missing"} {
+		waitEvent(t, k, "without", corev1.EventTypeWarning, "PullSecret", name)
+	}
 }
