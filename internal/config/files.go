@@ -32,6 +32,9 @@ type FileSet struct {
 	// Architecture picks the manifest of an oci:// image index (amd64 or
 	// arm64, also spelled x86_64 and aarch64); default amd64.
 	Architecture string
+	// PullCredentials, for an oci:// source, replace the upstream's configured credentials: a custom
+	// resource's pull secret. Never read from the config file.
+	PullCredentials *Credentials
 }
 
 // NormalizeArchitecture maps the kernel's names for an architecture to the OCI

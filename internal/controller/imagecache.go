@@ -61,7 +61,7 @@ func (r *imageCacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	old := ic.Status.DeepCopy()
 	secrets, secretIDs, secretProblems := r.pullSecrets(ctx, &ic)
 	check := r.checkImages(ctx, &ic, secrets, secretIDs, refresh, old)
-	files, filePins, fileProblems, requeue := r.fileSets(req.NamespacedName, ic.Spec.Files, refresh)
+	files, filePins, fileProblems, requeue := r.fileSets(req.NamespacedName, ic.Spec.Files, secrets, refresh)
 	if err := r.deps.Store.SetPins(owner("ImageCache", req.NamespacedName), slices.Concat(check.pins, filePins)); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -119,7 +119,7 @@ func imageProblems(images []v1alpha1.ImageStatus) []string {
 }
 
 // fileSets serves the declared sets (dropping the ones no longer declared) and says when to look again.
-func (r *imageCacheReconciler) fileSets(key types.NamespacedName, specs []v1alpha1.FileSetSpec, refresh time.Duration) ([]v1alpha1.FileSetStatus, []string, []string, time.Duration) {
+func (r *imageCacheReconciler) fileSets(key types.NamespacedName, specs []v1alpha1.FileSetSpec, secrets []*configfile.ConfigFile, refresh time.Duration) ([]v1alpha1.FileSetStatus, []string, []string, time.Duration) {
 	var out []v1alpha1.FileSetStatus
 	var pins, problems []string
 	requeue := refresh
@@ -127,7 +127,7 @@ func (r *imageCacheReconciler) fileSets(key types.NamespacedName, specs []v1alph
 	for _, f := range specs {
 		name := imageCacheSet(key, f.Name)
 		wanted[name] = true
-		fs, tooOld := r.fileSet(name, f, refresh)
+		fs, tooOld := r.fileSet(name, f, r.ociCredentials(f.URL, secrets), refresh)
 		out = append(out, fs)
 		pins = append(pins, "files/"+name)
 		switch fs.State {
@@ -223,9 +223,9 @@ func (r *imageCacheReconciler) image(ctx context.Context, img v1alpha1.ImageSpec
 
 // fileSet serves a declared set and reports it, and whether the upstream's copy is still older than the
 // set's minimumModificationTime (served, but not what was asked for).
-func (r *imageCacheReconciler) fileSet(name string, f v1alpha1.FileSetSpec, refresh time.Duration) (v1alpha1.FileSetStatus, bool) {
+func (r *imageCacheReconciler) fileSet(name string, f v1alpha1.FileSetSpec, creds *icconfig.Credentials, refresh time.Duration) (v1alpha1.FileSetStatus, bool) {
 	cfg := icconfig.FileSet{Set: name, URL: f.URL, SHA256: strings.ToLower(f.SHA256), ChecksumURL: f.ChecksumURL,
-		RefreshInterval: refresh, Architecture: icconfig.NormalizeArchitecture(f.Architecture)}
+		RefreshInterval: refresh, Architecture: icconfig.NormalizeArchitecture(f.Architecture), PullCredentials: creds}
 	for _, e := range f.Extract {
 		cfg.Extract = append(cfg.Extract, icconfig.Extract{From: e.From, To: e.To})
 	}
@@ -287,6 +287,32 @@ func (r *imageCacheReconciler) credentials(up string, secrets []*configfile.Conf
 		}
 	}
 	return nil, "", false
+}
+
+// ociCredentials are the pull secret's credentials for an oci:// file set's registry, or nil (an http(s)
+// source, or no secret for that registry: the upstream's own credentials apply).
+func (r *imageCacheReconciler) ociCredentials(rawURL string, secrets []*configfile.ConfigFile) *icconfig.Credentials {
+	rest, ok := strings.CutPrefix(rawURL, "oci://")
+	if !ok || len(secrets) == 0 {
+		return nil
+	}
+	host, name, _ := strings.Cut(rest, "/")
+	if i := strings.IndexAny(name, "@:"); i >= 0 {
+		name = name[:i]
+	}
+	up, _, known, err := r.deps.Router.OnHost(host, name)
+	if !known || err != nil {
+		return nil // the file set reports the bad source itself
+	}
+	auth, _, ok := r.credentials(up, secrets)
+	if !ok {
+		return nil
+	}
+	ac, err := auth.Authorization()
+	if err != nil {
+		return nil
+	}
+	return &icconfig.Credentials{Username: ac.Username, Password: ac.Password, Token: ac.RegistryToken}
 }
 
 // emitEvents records transitions: fetched, moved to a new digest, stale, failed.

@@ -2,6 +2,7 @@ package files
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -17,6 +19,7 @@ import (
 	"imagecache.io/imagecache/internal/policy"
 	"imagecache.io/imagecache/internal/reference"
 	"imagecache.io/imagecache/internal/store"
+	"imagecache.io/imagecache/internal/upstream"
 )
 
 // titleAnnotation names a layer's file in an artifact pushed by oras and similar tools.
@@ -70,6 +73,12 @@ func (m *Manager) attemptOCI(ctx context.Context, s *set, cur *store.SetVersion)
 	up, repository, ref, err := m.ociRef(s.cfg.URL)
 	if err != nil {
 		return err
+	}
+	if c := s.cfg.PullCredentials; c != nil {
+		auth := authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password, RegistryToken: c.Token})
+		// The id keeps transports (and their tokens) for different credentials apart; it never leaves memory.
+		id := fmt.Sprintf("set:%x", sha256.Sum256([]byte(c.Username+"\x00"+c.Password+"\x00"+c.Token)))
+		ctx = upstream.WithAuth(ctx, auth, id)
 	}
 	man, err := m.images.Manifest(ctx, up, repository, ref)
 	if err != nil {

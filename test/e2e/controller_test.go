@@ -318,8 +318,13 @@ func TestImageCacheAdmissionRejectsBadSpecs(t *testing.T) {
 func TestPullSecretReachesTheRegistry(t *testing.T) {
 	k := startCluster(t)
 	reg := startRegistry(t, registryOpts{auth: true})
-	d, _ := pushImage(t, reg.Host, "private/app:v1", "oci", 1, 2048,
-		remote.WithAuth(&authn.Basic{Username: registryUser, Password: registryPassword}))
+	creds := remote.WithAuth(&authn.Basic{Username: registryUser, Password: registryPassword})
+	d, _ := pushImage(t, reg.Host, "private/app:v1", "oci", 1, 2048, creds)
+	// An oci:// file set on the same registry needs the same secret.
+	agent := newIPAArtifact(t)
+	if err := remote.Write(parseRef(t, reg.Host, "private/ipa:v1"), agent.image(t, ""), creds, remote.WithContext(t.Context())); err != nil {
+		t.Fatal(err)
+	}
 	startFor := k.startCache(t, fmt.Sprintf("upstreams:\n  - {name: private.test, url: %q}\n", reg.URL))
 	_ = startFor
 	ctx := context.Background()
@@ -334,7 +339,8 @@ func TestPullSecretReachesTheRegistry(t *testing.T) {
 		}
 	}
 	with := &v1alpha1.ImageCache{ObjectMeta: metav1.ObjectMeta{Name: "with", Namespace: "default"}, Spec: v1alpha1.ImageCacheSpec{
-		Images: []v1alpha1.ImageSpec{{Ref: "private.test/private/app:v1"}}, PullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}}}}
+		Images: []v1alpha1.ImageSpec{{Ref: "private.test/private/app:v1"}}, PullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}},
+		Files:  []v1alpha1.FileSetSpec{{Name: "agent", URL: "oci://private.test/private/ipa:v1"}}}}
 	without := &v1alpha1.ImageCache{ObjectMeta: metav1.ObjectMeta{Name: "without", Namespace: "default"}, Spec: v1alpha1.ImageCacheSpec{
 		Images: []v1alpha1.ImageSpec{{Ref: "private.test/private/app:v1"}}, PullSecrets: []corev1.LocalObjectReference{{Name: "broken"}, {Name: "missing"}}}}
 	for _, ic := range []*v1alpha1.ImageCache{with, without} {
@@ -347,6 +353,15 @@ func TestPullSecretReachesTheRegistry(t *testing.T) {
 	})
 	if got.Status.Images[0].Digest != d {
 		t.Fatalf("digest %s, want %s", got.Status.Images[0].Digest, d)
+	}
+	if len(got.Status.Files) != 1 || len(got.Status.Files[0].Files) != 2 {
+		t.Fatalf("oci:// file set with the pull secret: %+v", got.Status.Files)
+	}
+	for _, f := range got.Status.Files[0].Files {
+		want := map[string][]byte{kernelFile: agent.Kernel, initramfsFile: agent.Initramfs}[f.Name]
+		if a := call(t, http.MethodGet, f.URL); a.Status != http.StatusOK || !bytes.Equal(a.Body, want) {
+			t.Errorf("GET %s: %d, %d bytes; want the artifact's %s", f.URL, a.Status, len(a.Body), f.Name)
+		}
 	}
 	waitImageCache(t, k, client.ObjectKeyFromObject(without), "Degraded without usable credentials", func(ic *v1alpha1.ImageCache) error {
 		deg := condition(ic.Status.Conditions, v1alpha1.ConditionDegraded)
