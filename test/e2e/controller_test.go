@@ -340,7 +340,7 @@ func TestPullSecretReachesTheRegistry(t *testing.T) {
 	}
 	with := &v1alpha1.ImageCache{ObjectMeta: metav1.ObjectMeta{Name: "with", Namespace: "default"}, Spec: v1alpha1.ImageCacheSpec{
 		Images: []v1alpha1.ImageSpec{{Ref: "private.test/private/app:v1"}}, PullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}},
-		Files:  []v1alpha1.FileSetSpec{{Name: "agent", URL: "oci://private.test/private/ipa:v1"}}}}
+		Files: []v1alpha1.FileSetSpec{{Name: "agent", URL: "oci://private.test/private/ipa:v1"}}}}
 	without := &v1alpha1.ImageCache{ObjectMeta: metav1.ObjectMeta{Name: "without", Namespace: "default"}, Spec: v1alpha1.ImageCacheSpec{
 		Images: []v1alpha1.ImageSpec{{Ref: "private.test/private/app:v1"}}, PullSecrets: []corev1.LocalObjectReference{{Name: "broken"}, {Name: "missing"}}}}
 	for _, ic := range []*v1alpha1.ImageCache{with, without} {
