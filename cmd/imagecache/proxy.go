@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 
 // startProxy starts the intercepting proxy when the config has one; registry is the handler for /v2
 // requests (the same one the main listener serves, access log included). stop ends it.
-func startProxy(cfg *config.Config, registry http.Handler, log *slog.Logger) (stop func(), err error) {
+func startProxy(cfg *config.Config, registry http.Handler, mainAddr string, log *slog.Logger) (stop func(), err error) {
 	if cfg.Proxy == nil {
 		return func() {}, nil
 	}
@@ -42,19 +41,15 @@ func startProxy(cfg *config.Config, registry http.Handler, log *slog.Logger) (st
 	for _, u := range cfg.Upstreams {
 		ups = append(ups, proxy.Upstream{Name: u.Name, Aliases: u.Aliases, URL: u.URL})
 	}
-	allowLocal := allowLocalPassthrough()
-	if allowLocal && pc.Passthrough {
-		log.Warn("proxy: passthrough may reach loopback and other local addresses, imagecache's own admin API among them, because " +
-			allowLocalPassthroughEnv + " is set; it is meant for tests only")
-	}
-	p, err := proxy.New(proxy.Options{CA: ca, Upstreams: ups, Registry: registry, Passthrough: pc.Passthrough,
-		AllowLocalPassthrough: allowLocal, Username: pc.Auth.Username, Password: password, Log: log})
-	if err != nil {
-		return nil, err
-	}
 	ln, err := net.Listen("tcp", pc.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listen on %s: %w (choose another address with proxy.listen in the config)", pc.Listen, err)
+	}
+	p, err := proxy.New(proxy.Options{CA: ca, Upstreams: ups, Registry: registry, Passthrough: pc.Passthrough,
+		OwnPorts: ownPorts(mainAddr, ln.Addr().String()), Username: pc.Auth.Username, Password: password, Log: log})
+	if err != nil {
+		ln.Close()
+		return nil, err
 	}
 	log.Info("intercepting proxy listening", "listen", ln.Addr().String(), "ca", certFile, "passthrough", pc.Passthrough,
 		"auth", pc.Auth.Username != "", "clients", fmt.Sprintf("HTTPS_PROXY=http://%s and trust the CA from `imagecache ca print`", ln.Addr()))
@@ -72,11 +67,13 @@ func startProxy(cfg *config.Config, registry http.Handler, log *slog.Logger) (st
 	}, nil
 }
 
-// allowLocalPassthroughEnv lets passthrough reach local addresses, which it refuses otherwise. It exists
-// for the end-to-end tests, whose every server listens on loopback; it is no config key on purpose.
-const allowLocalPassthroughEnv = "IMAGECACHE_TEST_PROXY_ALLOW_LOCAL_PASSTHROUGH"
-
-func allowLocalPassthrough() bool {
-	ok, _ := strconv.ParseBool(os.Getenv(allowLocalPassthroughEnv))
-	return ok
+// ownPorts are the ports of imagecache's listeners, which passthrough never reaches on a local address.
+func ownPorts(addrs ...string) []string {
+	var ports []string
+	for _, a := range addrs {
+		if _, port, err := net.SplitHostPort(a); err == nil {
+			ports = append(ports, port)
+		}
+	}
+	return ports
 }

@@ -169,7 +169,7 @@ func serve(ctx context.Context, o serveOptions) error {
 		return fmt.Errorf("listen on %s: %w (choose another address with --listen or listen: in the config)", cfg.Listen, err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	stopProxy, err := startProxy(cfg, handler, log)
+	stopProxy, err := startProxy(cfg, handler, ln.Addr().String(), log)
 	if err != nil {
 		return err
 	}

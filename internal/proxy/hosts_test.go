@@ -62,7 +62,7 @@ func TestSharedHostThroughProxy(t *testing.T) {
 	for _, passthrough := range []bool{false, true} {
 		tp := startTestProxy(t, func(o *Options) {
 			o.Upstreams = sharedHostUpstreams
-			o.Passthrough, o.AllowLocalPassthrough = passthrough, passthrough
+			o.Passthrough = passthrough
 		})
 		c := tp.client(t, nil) // trusts only imagecache's CA: a tunnel to the real server would fail
 		for _, tt := range []struct{ url, want string }{

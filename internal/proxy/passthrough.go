@@ -10,16 +10,20 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 )
 
 // Passthrough (Options.Passthrough) tunnels CONNECTs and forwards plain http requests to hosts that are
-// not upstreams. It never reaches imagecache's own machine or pod: a loopback listener there (the cache's
-// admin API, open without a token on loopback, or anything else bound to localhost) must not become
-// reachable for every proxy client. A host name is resolved once and the checked address is what is
-// dialled, so a name that resolves elsewhere the second time (DNS rebinding) cannot get around the check.
+// not upstreams. It never reaches imagecache's own listeners through a local address (the admin API is open
+// without a token on a loopback listen address, and must not become reachable for every proxy client), nor
+// link-local addresses (a cloud's metadata service, 169.254.169.254) or multicast ones. Other ports on
+// loopback stay reachable: passthrough is an explicit choice to tunnel what clients ask for, and on one
+// machine (a laptop, a test) the registries it should reach listen there. A host name is resolved once and
+// the checked address is what is dialled, so a name that resolves elsewhere the second time (DNS
+// rebinding) cannot get around the check.
 
 // refusedTarget is a passthrough target the proxy will not connect to.
 type refusedTarget struct {
@@ -27,35 +31,37 @@ type refusedTarget struct {
 }
 
 func (e *refusedTarget) Error() string {
-	return fmt.Sprintf("passthrough refuses %s: %s; the proxy never connects to its own machine or local link, so that its clients "+
-		"cannot reach what listens there (imagecache's admin API among it); if it is a registry imagecache should serve, make it an upstream", e.host, e.why)
+	return fmt.Sprintf("passthrough refuses %s: %s; the proxy never connects to imagecache's own listeners or the local link, so that its clients "+
+		"cannot reach them (imagecache's admin API among them); if it is a registry imagecache should serve, make it an upstream", e.host, e.why)
 }
 
-// localAddr says why passthrough must not reach a, or "" when it may.
-func localAddr(a netip.Addr) string {
+// refusedAddr says why passthrough must not reach a on port, or "" when it may.
+func (p *Proxy) refusedAddr(a netip.Addr, port string) string {
 	a = a.Unmap() // ::ffff:127.0.0.1 is 127.0.0.1
 	switch {
-	case a.IsLoopback():
-		return "a loopback address"
-	case a.IsUnspecified() || (a.Is4() && a.As4()[0] == 0):
-		return "an unspecified address (0.0.0.0/8 and :: reach the local host)"
 	case a.IsLinkLocalUnicast():
 		return "a link-local address"
 	case a.IsMulticast():
 		return "a multicast address"
+	case p.ownPort(port) && a.IsLoopback():
+		return "a loopback address on port " + port + ", one of imagecache's own"
+	case p.ownPort(port) && (a.IsUnspecified() || (a.Is4() && a.As4()[0] == 0)):
+		return "an unspecified address (it reaches the local host) on port " + port + ", one of imagecache's own"
 	}
 	return ""
 }
 
-// resolvePassthrough resolves host once and returns the addresses passthrough may dial, or a
-// *refusedTarget when the host is, or resolves to, a local address.
-func (p *Proxy) resolvePassthrough(ctx context.Context, host string) ([]netip.Addr, error) {
+func (p *Proxy) ownPort(port string) bool { return slices.Contains(p.o.OwnPorts, port) }
+
+// resolvePassthrough resolves host once and returns the addresses passthrough may dial on port, or a
+// *refusedTarget when the host is, or resolves to, an address it must not reach there.
+func (p *Proxy) resolvePassthrough(ctx context.Context, host, port string) ([]netip.Addr, error) {
 	name := strings.ToLower(strings.TrimSuffix(host, "."))
-	if !p.o.AllowLocalPassthrough && (name == "localhost" || strings.HasSuffix(name, ".localhost")) {
-		return nil, &refusedTarget{host: host, why: "localhost names the loopback address"}
+	if p.ownPort(port) && (name == "localhost" || strings.HasSuffix(name, ".localhost")) {
+		return nil, &refusedTarget{host: host, why: "localhost names the loopback address, and port " + port + " is one of imagecache's own"}
 	}
 	if a, err := netip.ParseAddr(name); err == nil {
-		if why := localAddr(a); why != "" && !p.o.AllowLocalPassthrough {
+		if why := p.refusedAddr(a, port); why != "" {
 			return nil, &refusedTarget{host: host, why: why}
 		}
 		return []netip.Addr{a}, nil
@@ -69,7 +75,7 @@ func (p *Proxy) resolvePassthrough(ctx context.Context, host string) ([]netip.Ad
 	}
 	for _, a := range addrs {
 		// One local address refuses the name: a name that points at both is not a stranger's server.
-		if why := localAddr(a); why != "" && !p.o.AllowLocalPassthrough {
+		if why := p.refusedAddr(a, port); why != "" {
 			return nil, &refusedTarget{host: host, why: fmt.Sprintf("it resolves to %s, %s", a, why)}
 		}
 	}
@@ -82,7 +88,7 @@ func (p *Proxy) dialPassthrough(ctx context.Context, network, addr string) (net.
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := p.resolvePassthrough(ctx, host)
+	addrs, err := p.resolvePassthrough(ctx, host, port)
 	if err != nil {
 		return nil, err
 	}

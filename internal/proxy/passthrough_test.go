@@ -14,8 +14,9 @@ import (
 	"testing"
 )
 
-// TestPassthroughRefusesLocal: passthrough never tunnels or forwards to imagecache's own machine: loopback,
-// link-local, unspecified and multicast addresses, the name localhost, and names that resolve to those.
+// TestPassthroughRefusesLocal: passthrough never tunnels or forwards to imagecache's own listeners through
+// loopback or unspecified addresses, the name localhost or names that resolve to those, nor to link-local
+// and multicast addresses on any port.
 func TestPassthroughRefusesLocal(t *testing.T) {
 	var hits atomic.Int32 // stands in for imagecache's own admin API on loopback
 	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -24,7 +25,7 @@ func TestPassthroughRefusesLocal(t *testing.T) {
 	}))
 	t.Cleanup(admin.Close)
 	_, port, _ := net.SplitHostPort(admin.Listener.Addr().String())
-	tp := startTestProxyHooked(t, func(o *Options) { o.Passthrough = true }, func(p *Proxy) {
+	tp := startTestProxyHooked(t, func(o *Options) { o.Passthrough, o.OwnPorts = true, []string{port} }, func(p *Proxy) {
 		p.lookup = fakeDNS(map[string][]string{
 			"rebind.test": {"127.0.0.1"},
 			"both.test":   {"192.0.2.10", "127.0.0.1"},
@@ -54,7 +55,7 @@ func TestPassthroughRefusesLocal(t *testing.T) {
 		t.Errorf("the loopback server was reached %d times through the proxy", n)
 	}
 	waitLog(t, tp.logs, `msg="proxy: refused" status=403 method=CONNECT target=rebind.test:`+port)
-	waitLog(t, tp.logs, "it resolves to 127.0.0.1, a loopback address")
+	waitLog(t, tp.logs, "it resolves to 127.0.0.1, a loopback address on port "+port+", one of imagecache's own")
 	waitLog(t, tp.logs, `msg="proxy: refused" status=403 method=GET target=http://127.0.0.1:`+port+`/api/v1/pins`)
 }
 
@@ -140,14 +141,22 @@ func fakeDNS(names map[string][]string, override func(host string) []string) fun
 	}
 }
 
-func TestLocalAddr(t *testing.T) {
-	for s, local := range map[string]bool{
+// TestRefusedAddr: local addresses are refused on imagecache's own ports only; the local link and
+// multicast on every port.
+func TestRefusedAddr(t *testing.T) {
+	p := &Proxy{o: Options{OwnPorts: []string{"5000", "3128"}}}
+	for s, refused := range map[string]bool{
 		"127.0.0.1": true, "127.255.0.1": true, "::1": true, "::ffff:127.0.0.1": true, "0.0.0.0": true, "0.0.0.1": true,
 		"::": true, "169.254.1.1": true, "fe80::1": true, "224.0.0.251": true, "ff02::1": true, "239.1.1.1": true,
 		"10.0.0.1": false, "192.168.1.1": false, "8.8.8.8": false, "2001:db8::1": false, "100.64.0.1": false,
 	} {
-		if got := localAddr(netip.MustParseAddr(s)) != ""; got != local {
-			t.Errorf("localAddr(%s) local=%v, want %v", s, got, local)
+		if got := p.refusedAddr(netip.MustParseAddr(s), "5000") != ""; got != refused {
+			t.Errorf("%s:5000 refused=%v, want %v", s, got, refused)
+		}
+	}
+	for s, refused := range map[string]bool{"127.0.0.1": false, "::1": false, "0.0.0.0": false, "169.254.169.254": true, "224.0.0.1": true} {
+		if got := p.refusedAddr(netip.MustParseAddr(s), "5443"); (got != "") != refused {
+			t.Errorf("%s:5443 (not imagecache's) refused=%q, want %v", s, got, refused)
 		}
 	}
 }

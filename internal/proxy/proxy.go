@@ -36,11 +36,11 @@ type Options struct {
 	// by path prefix (/v2/<upstream name>/<repository>/...).
 	Registry http.Handler
 	// Passthrough tunnels CONNECTs (and forwards plain requests) to hosts that are not upstreams, except
-	// to local addresses (loopback, link-local, unspecified, multicast, localhost): see passthrough.go.
+	// to imagecache's own listeners through a local address, link-local and multicast: see passthrough.go.
 	Passthrough bool
-	// AllowLocalPassthrough lets passthrough reach local addresses too. Only for tests, whose servers all
-	// listen on loopback.
-	AllowLocalPassthrough bool
+	// OwnPorts are the ports of imagecache's own listeners (the registry and admin API, this proxy), which
+	// passthrough never reaches on loopback, unspecified addresses or localhost.
+	OwnPorts []string
 	// Username and Password, when Username is set, are the Basic credentials clients must send.
 	Username, Password string
 	Log                *slog.Logger

@@ -360,7 +360,7 @@ func TestPassthrough(t *testing.T) {
 	})
 	t.Run("on", func(t *testing.T) {
 		// The test servers are on loopback, which passthrough refuses by default (TestPassthroughRefusesLocal).
-		tp := startTestProxy(t, func(o *Options) { o.Passthrough, o.AllowLocalPassthrough = true, true })
+		tp := startTestProxy(t, func(o *Options) { o.Passthrough = true })
 		u, _ := url.Parse("http://" + tp.addr)
 		tr := real.Client().Transport.(*http.Transport).Clone()
 		tr.Proxy = http.ProxyURL(u)

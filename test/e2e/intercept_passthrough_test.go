@@ -10,8 +10,9 @@ import (
 )
 
 // TestInterceptPassthroughRefusesLocal: with passthrough on, the proxy still never reaches imagecache's own
-// machine: a CONNECT or a plain request to its loopback listener (whose admin API needs no token there)
-// is refused with 403 and logged, while the upstream on 127.0.0.1 is intercepted as before.
+// listeners: a CONNECT or a plain request to its loopback listener (whose admin API needs no token there)
+// is refused with 403 and logged, while the upstream on 127.0.0.1 is intercepted as before. (Other
+// loopback ports are tunnelled: TestInterceptPassthroughAndAuth's stranger listens there.)
 func TestInterceptPassthroughRefusesLocal(t *testing.T) {
 	s := startIntercept(t, "  passthrough: true\n")
 	digest, _ := pushImage(t, s.reg.Host, "secure/app:v1", "oci", 1, 2048, s.trusting)
@@ -35,7 +36,7 @@ func TestInterceptPassthroughRefusesLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := readBody(resp); resp.StatusCode != 403 || !strings.Contains(b, "passthrough refuses 127.0.0.1: a loopback address") {
+	if b := readBody(resp); resp.StatusCode != 403 || !strings.Contains(b, "passthrough refuses 127.0.0.1: a loopback address on port "+port+", one of imagecache's own") {
 		t.Errorf("GET %s through the proxy: %s %q, want 403", pins, resp.Status, b)
 	}
 

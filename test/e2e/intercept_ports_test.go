@@ -11,8 +11,6 @@ import (
 // intercepted on their own port, by their url's host:port or an alias. With passthrough on, those ports
 // are still served by the cache, never tunnelled past it.
 func TestInterceptSharedHost(t *testing.T) {
-	// Passthrough would refuse loopback targets before a wrongly tunnelled port could show.
-	t.Setenv(allowLocalPassthroughEnv, "1")
 	reg1 := startRegistry(t, registryOpts{})
 	reg2 := startRegistry(t, registryOpts{})
 	d1, _ := pushImage(t, reg1.Host, "team/one:v1", "oci", 1, 2048)

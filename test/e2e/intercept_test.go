@@ -373,9 +373,6 @@ func TestInterceptRefusals(t *testing.T) {
 // (the client sees that server's own certificate); with proxy.auth, requests without the right Basic
 // credentials get 407 and those with them pull through the cache.
 func TestInterceptPassthroughAndAuth(t *testing.T) {
-	// The stranger listens on loopback, which passthrough refuses but for tests
-	// (TestInterceptPassthroughRefusesLocal).
-	t.Setenv(allowLocalPassthroughEnv, "1")
 	s := startIntercept(t, "  passthrough: true\n  auth: {username: kapp, password: s3cret}\n")
 	stranger := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "stranger") }))
 	t.Cleanup(stranger.Close)
@@ -433,8 +430,6 @@ func basicAuth(user, password string) string {
 	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
 }
 
-// allowLocalPassthroughEnv lets the imagecache under test tunnel to loopback servers (cmd/imagecache/proxy.go).
-const allowLocalPassthroughEnv = "IMAGECACHE_TEST_PROXY_ALLOW_LOCAL_PASSTHROUGH"
 
 // TestCACommands: serve with a proxy and no CA refuses to start and says to run `imagecache ca init`;
 // `ca init` puts the CA where serve finds it (the storage path), with the key private, and refuses to
