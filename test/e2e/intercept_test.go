@@ -430,7 +430,6 @@ func basicAuth(user, password string) string {
 	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
 }
 
-
 // TestCACommands: serve with a proxy and no CA refuses to start and says to run `imagecache ca init`;
 // `ca init` puts the CA where serve finds it (the storage path), with the key private, and refuses to
 // replace it without --force; `ca print` prints the certificate and never the key.
