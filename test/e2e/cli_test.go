@@ -35,11 +35,15 @@ func cli(t testing.TB, env []string, args ...string) cliRun {
 // cliIn is cli in the working directory dir ("": the test's), for commands whose defaults are relative paths.
 func cliIn(t testing.TB, dir string, env []string, args ...string) cliRun {
 	t.Helper()
+	return runImagecache(t, dir, append(cleanEnvWithout("IMAGECACHE_"), env...), args...)
+}
+
+// runImagecache runs the imagecache binary with exactly the environment env, in dir ("": the test's
+// working directory), and returns its output and exit status.
+func runImagecache(t testing.TB, dir string, env []string, args ...string) cliRun {
+	t.Helper()
 	cmd := exec.CommandContext(t.Context(), buildImagecache(t), args...)
-	cmd.Dir = dir
-	// The developer's own IMAGECACHE_SERVER or IMAGECACHE_TOKEN must not change what a test means.
-	cmd.Env = slices.DeleteFunc(cleanEnv(), func(kv string) bool { return strings.HasPrefix(kv, "IMAGECACHE_") })
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Dir, cmd.Env = dir, env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	r := cliRun{args: args}
@@ -53,6 +57,14 @@ func cliIn(t testing.TB, dir string, env []string, args ...string) cliRun {
 	}
 	r.stdout, r.stderr = stdout.String(), stderr.String()
 	return r
+}
+
+// cleanEnvWithout is cleanEnv without the variables whose KEY=VALUE starts with one of prefixes: the
+// developer's own IMAGECACHE_SERVER, IPA_BRANCH and the like must not change what a test means.
+func cleanEnvWithout(prefixes ...string) []string {
+	return slices.DeleteFunc(cleanEnv(), func(kv string) bool {
+		return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(kv, p) })
+	})
 }
 
 func (r cliRun) want(t testing.TB, code int, stderrHas ...string) cliRun {

@@ -3,14 +3,12 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -23,37 +21,18 @@ import (
 const fetchTarballPath = "/ipa-centos9-master.tar.gz"
 
 // fetchRun is one `imagecache fetch` process, as an init container would run it.
-type fetchRun struct {
-	code           int
-	stdout, stderr string
-}
+type fetchRun struct{ cliRun }
 
 // runFetch runs `imagecache fetch` with SHARED_DIR=sharedDir, the extra env (KEY=VALUE) and args, and no
 // proxy or IPA settings from the test's own environment.
 func runFetch(t *testing.T, sharedDir string, env []string, args ...string) fetchRun {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), buildImagecache(t), append([]string{"fetch"}, args...)...)
 	// The test's own IPA_* (or FILENAME) would change what is downloaded.
-	for _, kv := range cleanEnv() {
-		if !strings.HasPrefix(kv, "IPA_") && !strings.HasPrefix(kv, "FILENAME=") && !strings.HasPrefix(kv, "SHARED_DIR=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, "SHARED_DIR="+sharedDir), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	base := cleanEnvWithout("IPA_", "FILENAME=", "SHARED_DIR=")
 	start := time.Now()
-	err := cmd.Run()
-	r := fetchRun{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("imagecache fetch: %v", err)
-	}
+	r := runImagecache(t, "", append(append(base, "SHARED_DIR="+sharedDir), env...), append([]string{"fetch"}, args...)...)
 	t.Logf("imagecache fetch %s (env %q): exit %d in %v", strings.Join(args, " "), env, r.code, time.Since(start).Round(time.Millisecond))
-	return r
+	return fetchRun{r}
 }
 
 func (r fetchRun) wantExit(t *testing.T, code int, what string) {

@@ -3,12 +3,10 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,29 +19,15 @@ import (
 )
 
 // verifyRun is one `imagecache verify` process.
-type verifyRun struct {
-	code           int
-	stdout, stderr string
-}
+type verifyRun struct{ cliRun }
 
+// runVerify runs `imagecache verify args...`; the developer's own IMAGECACHE_SERVER would send it elsewhere.
 func runVerify(t *testing.T, args ...string) verifyRun {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), buildImagecache(t), append([]string{"verify"}, args...)...)
-	cmd.Env = cleanEnv()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err := cmd.Run()
-	r := verifyRun{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		r.code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("imagecache verify: %v", err)
-	}
+	r := runImagecache(t, "", cleanEnvWithout("IMAGECACHE_"), append([]string{"verify"}, args...)...)
 	t.Logf("imagecache verify %s: exit %d in %v\n%s", strings.Join(args, " "), r.code, time.Since(start).Round(time.Millisecond), r.stdout)
-	return r
+	return verifyRun{r}
 }
 
 // storedPath is where the cache keeps the content of dgst.
