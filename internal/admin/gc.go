@@ -14,12 +14,12 @@ func GC(e *eviction.Evictor) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
-			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST /api/v1/gc (add ?dryRun=true to only list what would go)"})
+			writeError(w, http.StatusMethodNotAllowed, "use POST /api/v1/gc (add ?dryRun=true to only list what would go)")
 			return
 		}
 		plan, err := e.Run(r.URL.Query().Get("dryRun") == "true")
 		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, plan)

@@ -11,12 +11,12 @@ func Pins(st *store.Store) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", "GET")
-			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use GET /api/v1/pins"})
+			writeError(w, http.StatusMethodNotAllowed, "use GET /api/v1/pins")
 			return
 		}
 		pins, err := st.Pins()
 		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 		if pins == nil {

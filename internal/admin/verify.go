@@ -16,17 +16,17 @@ func Verify(st *store.Store) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST /api/v1/verify"})
+			writeError(w, http.StatusMethodNotAllowed, "use POST /api/v1/verify")
 			return
 		}
 		if !running.TryLock() {
-			writeJSON(w, http.StatusConflict, map[string]string{"error": "a verify is already running on this server; wait for it to finish"})
+			writeError(w, http.StatusConflict, "a verify is already running on this server; wait for it to finish")
 			return
 		}
 		defer running.Unlock()
 		rep, err := st.Verify(r.Context(), nil)
 		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, rep)
