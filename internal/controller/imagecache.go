@@ -20,6 +20,7 @@ import (
 	"imagecache.io/imagecache/api/v1alpha1"
 	"imagecache.io/imagecache/internal/cache"
 	icconfig "imagecache.io/imagecache/internal/config"
+	"imagecache.io/imagecache/internal/files"
 	"imagecache.io/imagecache/internal/policy"
 	"imagecache.io/imagecache/internal/progress"
 	"imagecache.io/imagecache/internal/reference"
@@ -292,16 +293,11 @@ func (r *imageCacheReconciler) credentials(up string, secrets []*configfile.Conf
 // ociCredentials are the pull secret's credentials for an oci:// file set's registry, or nil (an http(s)
 // source, or no secret for that registry: the upstream's own credentials apply).
 func (r *imageCacheReconciler) ociCredentials(rawURL string, secrets []*configfile.ConfigFile) *icconfig.Credentials {
-	rest, ok := strings.CutPrefix(rawURL, "oci://")
-	if !ok || len(secrets) == 0 {
+	if !strings.HasPrefix(rawURL, "oci://") || len(secrets) == 0 {
 		return nil
 	}
-	host, name, _ := strings.Cut(rest, "/")
-	if i := strings.IndexAny(name, "@:"); i >= 0 {
-		name = name[:i]
-	}
-	up, _, known, err := r.deps.Router.OnHost(host, name)
-	if !known || err != nil {
+	up, _, _, err := files.ResolveOCI(r.deps.Router, rawURL)
+	if err != nil {
 		return nil // the file set reports the bad source itself
 	}
 	auth, _, ok := r.credentials(up, secrets)

@@ -34,8 +34,12 @@ type Images interface {
 
 func isOCI(rawURL string) bool { return strings.HasPrefix(rawURL, "oci://") }
 
-// ociRef splits oci://host/repository:tag (or @digest) and finds the upstream that serves host.
 func (m *Manager) ociRef(rawURL string) (up, repository, ref string, err error) {
+	return ResolveOCI(m.router, rawURL)
+}
+
+// ResolveOCI splits oci://host/repository:tag (or @digest) and finds the upstream that serves host.
+func ResolveOCI(router *reference.Router, rawURL string) (up, repository, ref string, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", "", "", fmt.Errorf("source %q: %w", rawURL, err)
@@ -54,9 +58,9 @@ func (m *Manager) ociRef(rawURL string) (up, repository, ref string, err error) 
 	} else {
 		return "", "", "", fmt.Errorf("source %q names no tag or digest: write oci://%s/%s:<tag> or @sha256:<digest>", rawURL, u.Host, rest)
 	}
-	up, repository, known, err := m.router.OnHost(u.Host, repository)
+	up, repository, known, err := router.OnHost(u.Host, repository)
 	if !known {
-		return "", "", "", fmt.Errorf("source %q: %s is not a configured upstream (configured: %s); add it to upstreams, as a name or an alias", rawURL, u.Host, strings.Join(m.router.Names(), ", "))
+		return "", "", "", fmt.Errorf("source %q: %s is not a configured upstream (configured: %s); add it to upstreams, as a name or an alias", rawURL, u.Host, strings.Join(router.Names(), ", "))
 	}
 	if err != nil {
 		return "", "", "", fmt.Errorf("source %q: %w", rawURL, err)
