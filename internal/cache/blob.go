@@ -233,7 +233,7 @@ func (c *Cache) fetchBlob(ctx context.Context, d *download, w *store.Writer, cli
 				return badUpstreamContent(what, fmt.Errorf("more than the announced %d bytes", resp.Size))
 			}
 			if _, err := w.Write(buf[:n]); err != nil {
-				if passThrough && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+				if passThrough && isNoSpace(err) {
 					return &Error{Status: http.StatusInsufficientStorage, Code: "UNAVAILABLE", Err: err,
 						Message: fmt.Sprintf("%s: no room in the cache's storage: it filled up while the blob streamed through (%s)", what, why)}
 				}

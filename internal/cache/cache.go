@@ -64,13 +64,18 @@ func (c *Cache) InFlightBytes() int64 { return c.inFlight.Load() }
 
 // noSpace reports a full disk (or quota) and asks for need bytes to be freed.
 func (c *Cache) noSpace(err error, need int64) bool {
-	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+	if !isNoSpace(err) {
 		return false
 	}
 	if c.StorageFull != nil {
 		c.StorageFull(max(need, 1))
 	}
 	return true
+}
+
+// isNoSpace reports whether err is a full filesystem or quota.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // New makes a Cache over s that fetches from the given upstream clients, keyed by upstream name.
