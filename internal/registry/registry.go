@@ -167,10 +167,7 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request, up, repository, d
 	}
 	defer b.Close()
 	h.answered("blob", b.Result, up+"/"+repository+"@"+dgst)
-	setResult(w, b.Result)
-	immutable(w, dgst)
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Cache-Control", "max-age=31536000, immutable")
+	blobHeaders(w, dgst, b.Result)
 	cw := &countingWriter{ResponseWriter: w}
 	http.ServeContent(cw, r, "", time.Time{}, b.Content)
 	h.observe.Served(b.Result == cache.Hit, cw.n)
@@ -190,12 +187,17 @@ func (h *Handler) blobHead(w http.ResponseWriter, r *http.Request, up, repositor
 		return
 	}
 	h.answered("blob", result, up+"/"+repository+"@"+dgst)
+	blobHeaders(w, dgst, result)
+	// ServeContent works out Content-Length and ranges from the size; for a HEAD it reads nothing.
+	http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(noContent{}, 0, size))
+}
+
+// blobHeaders are a blob answer's headers, for GET and HEAD alike.
+func blobHeaders(w http.ResponseWriter, dgst string, result cache.Result) {
 	setResult(w, result)
 	immutable(w, dgst)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Cache-Control", "max-age=31536000, immutable")
-	// ServeContent works out Content-Length and ranges from the size; for a HEAD it reads nothing.
-	http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(noContent{}, 0, size))
 }
 
 // noContent stands in for a blob's bytes where none are read (a HEAD).
