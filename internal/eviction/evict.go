@@ -262,7 +262,8 @@ func (e *Evictor) remove(u *Unit, planned time.Time, keep *keeper) (kept int64, 
 type keeper struct {
 	mu     sync.Mutex
 	needed map[string]bool
-	graph  *graph // the run's snapshot: a needed manifest needs its own graph too
+	fresh  []string // needed, but their graphs in the snapshot not yet added to needed
+	graph  *graph   // the run's snapshot: a needed manifest needs its own graph too
 }
 
 func newKeeper() *keeper { return &keeper{needed: map[string]bool{}} }
@@ -275,7 +276,10 @@ func (k *keeper) manifestStored(_ string, body []byte) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, c := range refs.children() {
-		k.needed[c] = true
+		if !k.needed[c] {
+			k.needed[c] = true
+			k.fresh = append(k.fresh, c)
+		}
 	}
 }
 
@@ -296,16 +300,15 @@ func (k *keeper) removeUnlessNeeded(st *store.Store, d string) (removed bool, si
 }
 
 func (k *keeper) neededLocked(d string) bool {
-	if k.needed[d] {
-		return true
-	}
-	// A new index may name a platform manifest the snapshot has: its blobs are needed as well.
-	for n := range k.needed {
-		if slices.Contains(closure(n, k.graph.children), d) {
-			return true
+	// A new index may name a platform manifest the snapshot has: its blobs are needed as well. Each needed
+	// digest's graph is added once, when the next removal asks.
+	for _, n := range k.fresh {
+		for _, c := range closure(n, k.graph.children) {
+			k.needed[c] = true
 		}
 	}
-	return false
+	k.fresh = k.fresh[:0]
+	return k.needed[d]
 }
 
 // pin marks everything reachable from a pinned reference.
